@@ -1,0 +1,40 @@
+# SIMD kernel variants: one translation unit per instruction set, each compiled with its own
+# flags, chosen at run time from what the CPU reports (src/kernel_dispatch.cpp). The portable
+# scalar variant is always built, so amc builds and runs where no SIMD is available.
+include(CheckCXXCompilerFlag)
+
+function(amc_add_simd_kernels target)
+  if(NOT AMC_ENABLE_SIMD)
+    message(STATUS "amc: SIMD kernels disabled; scalar kernels only")
+    return()
+  endif()
+  if(NOT CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
+    message(STATUS "amc: no SIMD kernel variants for ${CMAKE_SYSTEM_PROCESSOR}; scalar kernels only")
+    return()
+  endif()
+  set(variants
+    "sse2|src/kernels_sse2.cpp|-msse2"
+    "avx2|src/kernels_avx2.cpp|-mavx2 -mfma -mf16c"
+    "avx512|src/kernels_avx512.cpp|-mavx512f -mavx512bw -mavx512dq -mavx512cd -mavx2 -mfma -mf16c")
+  foreach(variant IN LISTS variants)
+    string(REPLACE "|" ";" fields "${variant}")
+    list(GET fields 0 name)
+    list(GET fields 1 source)
+    list(GET fields 2 flags)
+    separate_arguments(flag_list UNIX_COMMAND "${flags}")
+    string(MAKE_C_IDENTIFIER "AMC_HAS_FLAGS_${name}" check_var)
+    check_cxx_compiler_flag("${flags}" ${check_var})
+    if(${check_var})
+      target_sources(${target} PRIVATE ${source})
+      if(name STREQUAL "avx512" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+        # GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_*
+        # placeholders (a known false positive in the compiler's headers, not in amc).
+        list(APPEND flag_list -Wno-maybe-uninitialized)
+      endif()
+      set_source_files_properties(${source} PROPERTIES COMPILE_OPTIONS "${flag_list}")
+      string(TOUPPER ${name} upper)
+      target_compile_definitions(${target} PRIVATE AMC_KERNELS_${upper}=1)
+      message(STATUS "amc: kernel variant ${name} (${flags})")
+    endif()
+  endforeach()
+endfunction()

@@ -1,0 +1,197 @@
+// Per-block summaries of one KV head's keys (and value norms), kept as positions are appended.
+//
+// Positions are grouped into blocks of `block_size` consecutive positions; the last block may be
+// partial. For each block b the summaries hold, as f32 rows of [blocks, head_dim]:
+//   mean key kbar_b                      (always; what the mean-pooled selector scores)
+//   channel-wise min and max key          (optional; the channel-bound selector, certified bounds)
+// and, as [blocks], the largest value norm max_j ||v_j||   (optional; certified error bounds).
+//
+// Memory: blocks * head_dim * 4 bytes for the means (1/block_size of the keys in f32 per
+// position), twice that again with channel bounds, 4 bytes per block for value norms, plus
+// head_dim * 8 bytes for the running sum of the open block. memory_bytes() reports it.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "amc/error.hpp"
+#include "amc/kv_view.hpp"
+#include "amc/storage.hpp"
+#include "amc/tensor.hpp"
+
+namespace amc {
+
+/// Which optional statistics a BlockSummaries keeps besides the mean key.
+struct SummaryOptions {
+  bool channel_bounds = false;  ///< channel-wise min/max key per block
+  bool value_norms = false;     ///< largest value norm per block
+};
+
+class BlockSummaries {
+ public:
+  BlockSummaries() = default;
+
+  /// \param block_size positions per block (> 0)
+  /// \param head_dim   channels per key (> 0)
+  BlockSummaries(std::int64_t block_size, std::int64_t head_dim, SummaryOptions options = {})
+      : block_size_(block_size), head_dim_(head_dim), options_(options) {
+    AMC_CHECK(block_size > 0, "amc::BlockSummaries", "block_size must be positive, got ",
+              block_size);
+    AMC_CHECK(head_dim > 0, "amc::BlockSummaries", "head_dim must be positive, got ", head_dim);
+    open_sum_.assign(static_cast<std::size_t>(head_dim), 0.0);
+  }
+
+  /// Builds summaries of every position of `kv` (discarding previous contents).
+  template <KvViewLike View>
+  static BlockSummaries build(const View& kv, std::int64_t block_size,
+                              SummaryOptions options = {}) {
+    BlockSummaries summaries(block_size, kv.head_dim(), options);
+    summaries.rebuild(kv);
+    return summaries;
+  }
+
+  /// Recomputes from a view: after rebuild, positions() == kv.positions().
+  template <KvViewLike View>
+  void rebuild(const View& kv) {
+    AMC_CHECK(kv.head_dim() == head_dim_, "amc::BlockSummaries::rebuild", "view head_dim ",
+              kv.head_dim(), " does not match the summaries' head_dim ", head_dim_);
+    clear();
+    reserve(kv.positions());
+    const auto d = static_cast<std::size_t>(head_dim_);
+    for (std::int64_t p = 0; p < kv.positions(); ++p) {
+      append_row(std::span(kv.key(p), d), std::span(kv.value(p), d));
+    }
+  }
+
+  /// Appends one position: `key` and `value` of head_dim elements. `value` may be empty when
+  /// value norms are not kept.
+  template <KvStorage T>
+  void append(std::span<const T> key, std::span<const T> value = {}) {
+    AMC_CHECK(head_dim_ > 0, "amc::BlockSummaries::append",
+              "summaries were default-constructed; construct with block_size and head_dim");
+    AMC_CHECK(key.size() == static_cast<std::size_t>(head_dim_), "amc::BlockSummaries::append",
+              "key has ", key.size(), " elements, head_dim is ", head_dim_);
+    AMC_CHECK(!options_.value_norms || value.size() == static_cast<std::size_t>(head_dim_),
+              "amc::BlockSummaries::append", "value has ", value.size(),
+              " elements; value norms are kept, so it needs head_dim = ", head_dim_);
+    append_row(key, value);
+  }
+
+  void clear() {
+    positions_ = 0;
+    means_.clear();
+    channel_min_.clear();
+    channel_max_.clear();
+    value_norm_max_.clear();
+    std::fill(open_sum_.begin(), open_sum_.end(), 0.0);
+  }
+
+  void reserve(std::int64_t positions) {
+    const auto rows = static_cast<std::size_t>((positions + block_size_ - 1) / block_size_);
+    means_.reserve(rows * static_cast<std::size_t>(head_dim_));
+    if (options_.channel_bounds) {
+      channel_min_.reserve(rows * static_cast<std::size_t>(head_dim_));
+      channel_max_.reserve(rows * static_cast<std::size_t>(head_dim_));
+    }
+    if (options_.value_norms) value_norm_max_.reserve(rows);
+  }
+
+  std::int64_t positions() const { return positions_; }
+  std::int64_t blocks() const { return (positions_ + block_size_ - 1) / block_size_; }
+  std::int64_t block_size() const { return block_size_; }
+  std::int64_t head_dim() const { return head_dim_; }
+  const SummaryOptions& options() const { return options_; }
+
+  /// Positions of block b: [b * block_size, min((b + 1) * block_size, positions)).
+  std::int64_t block_begin(std::int64_t block) const { return block * block_size_; }
+  std::int64_t block_end(std::int64_t block) const {
+    return std::min((block + 1) * block_size_, positions_);
+  }
+
+  /// [blocks, head_dim] mean key per block.
+  auto mean_keys() const { return map_rows(means_.data(), blocks(), head_dim_, head_dim_); }
+  /// [blocks, head_dim]; requires options().channel_bounds.
+  auto channel_min() const {
+    require(options_.channel_bounds, "channel_min", "channel_bounds");
+    return map_rows(channel_min_.data(), blocks(), head_dim_, head_dim_);
+  }
+  auto channel_max() const {
+    require(options_.channel_bounds, "channel_max", "channel_bounds");
+    return map_rows(channel_max_.data(), blocks(), head_dim_, head_dim_);
+  }
+  /// [blocks] largest ||v_j|| per block; requires options().value_norms.
+  std::span<const float> value_norm_max() const {
+    require(options_.value_norms, "value_norm_max", "value_norms");
+    return value_norm_max_;
+  }
+
+  /// Bytes of summary data currently held (sizes, not capacities), open-block sum included.
+  std::size_t memory_bytes() const {
+    return (means_.size() + channel_min_.size() + channel_max_.size() + value_norm_max_.size()) *
+               sizeof(float) +
+           open_sum_.size() * sizeof(double);
+  }
+
+ private:
+  void require(bool kept, const char* accessor, const char* option) const {
+    AMC_CHECK(kept, "amc::BlockSummaries", accessor, "() needs SummaryOptions::", option,
+              " = true when the summaries are built");
+  }
+
+  template <KvStorage T>
+  void append_row(std::span<const T> key, std::span<const T> value) {
+    const auto d = static_cast<std::size_t>(head_dim_);
+    const std::int64_t offset = positions_ % block_size_;
+    if (offset == 0) {  // open a new block
+      means_.resize(means_.size() + d);
+      if (options_.channel_bounds) {
+        channel_min_.resize(channel_min_.size() + d, std::numeric_limits<float>::infinity());
+        channel_max_.resize(channel_max_.size() + d, -std::numeric_limits<float>::infinity());
+      }
+      if (options_.value_norms) value_norm_max_.push_back(0.0f);
+      std::fill(open_sum_.begin(), open_sum_.end(), 0.0);
+    }
+    const std::size_t row = means_.size() - d;
+    // The mean of the open block is recomputed from an f64 running sum, so it carries no drift
+    // from incremental updates: it equals the mean of the block's keys rounded once to f32.
+    const double inverse_count = 1.0 / static_cast<double>(offset + 1);
+    for (std::size_t i = 0; i < d; ++i) {
+      const float k = to_float(key[i]);
+      open_sum_[i] += k;
+      means_[row + i] = static_cast<float>(open_sum_[i] * inverse_count);
+      if (options_.channel_bounds) {
+        channel_min_[row + i] = std::min(channel_min_[row + i], k);
+        channel_max_[row + i] = std::max(channel_max_[row + i], k);
+      }
+    }
+    if (options_.value_norms) {
+      double squared = 0.0;
+      for (std::size_t i = 0; i < d; ++i) {
+        const double v = to_float(value[i]);
+        squared += v * v;
+      }
+      // Round the norm up so the stored maximum never understates the true f64 norm.
+      const auto norm = static_cast<float>(std::sqrt(squared));
+      const float upper = static_cast<double>(norm) < std::sqrt(squared)
+                              ? std::nextafter(norm, std::numeric_limits<float>::infinity())
+                              : norm;
+      value_norm_max_.back() = std::max(value_norm_max_.back(), upper);
+    }
+    ++positions_;
+  }
+
+  std::int64_t block_size_ = 0;
+  std::int64_t head_dim_ = 0;
+  SummaryOptions options_;
+  std::int64_t positions_ = 0;
+  std::vector<float> means_;           // [blocks, head_dim]
+  std::vector<float> channel_min_;     // [blocks, head_dim] if channel_bounds
+  std::vector<float> channel_max_;     // [blocks, head_dim] if channel_bounds
+  std::vector<float> value_norm_max_;  // [blocks] if value_norms
+  std::vector<double> open_sum_;       // [head_dim] running key sum of the last block
+};
+
+}  // namespace amc

@@ -1,0 +1,276 @@
+// Decode attention for one GQA group (query heads sharing one KV head): dense, over an explicit
+// support, and block-sparse with a pluggable selector. All share one interface, so an engine
+// swaps dense for sparse with a template argument.
+//
+// Shapes, outermost first: queries [heads, head_dim] (f32), output [heads, head_dim] (f32),
+// results [heads]. A single query head is a group of one.
+#pragma once
+
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "amc/attention/block_summaries.hpp"
+#include "amc/attention/selectors.hpp"
+#include "amc/attention/softmax_state.hpp"
+#include "amc/attention/sparse_config.hpp"
+#include "amc/attention/support.hpp"
+#include "amc/error.hpp"
+#include "amc/kernels/kernel_table.hpp"
+#include "amc/kv_view.hpp"
+#include "amc/tensor.hpp"
+
+namespace amc {
+
+/// One KV head as an operator sees it: the cache view and, for operators that select blocks,
+/// the block summaries of the same positions (dense operators ignore them).
+template <KvViewLike View>
+struct KvHead {
+  View kv;
+  const BlockSummaries* summaries = nullptr;
+};
+
+/// Per query head: what the operator read and the log-sum-exp over it. A caller who also has
+/// the dense lse L_all gets the omitted mass eps = -expm1(lse - L_all) with no second pass.
+struct HeadResult {
+  float lse = -std::numeric_limits<float>::infinity();  ///< log sum_{j read} exp(s_j)
+  std::int64_t positions_read = 0;
+};
+
+/// A decode-attention operator over KV views of type View.
+template <class Op, class View>
+concept DecodeOperator =
+    KvViewLike<View> && requires(Op& op, const ConstMatrixRef& queries, const KvHead<View>& head,
+                                 MatrixRef out, std::span<HeadResult> results) {
+      { op.decode(queries, head, out, results) } -> std::same_as<void>;
+    };
+
+namespace detail {
+
+inline float resolve_scale(const std::optional<float>& scale, std::int64_t head_dim) {
+  return scale ? *scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+/// Checks shapes shared by every operator; `where` names the calling operator.
+template <KvViewLike View>
+void check_decode_shapes(const char* where, const ConstMatrixRef& queries, const View& kv,
+                         const MatrixRef& out, std::span<const HeadResult> results) {
+  AMC_CHECK(queries.rows() > 0, where, "queries must have at least one head (row), got 0");
+  AMC_CHECK(queries.cols() == kv.head_dim(), where, "queries have head_dim ", queries.cols(),
+            " but the KV view has head_dim ", kv.head_dim());
+  AMC_CHECK(out.rows() == queries.rows() && out.cols() == queries.cols(), where, "out is [",
+            out.rows(), ", ", out.cols(), "], expected [", queries.rows(), ", ", queries.cols(),
+            "]");
+  AMC_CHECK(results.size() == static_cast<std::size_t>(queries.rows()), where, "results has ",
+            results.size(), " entries, expected one per query head (", queries.rows(), ")");
+}
+
+/// Reusable scratch of an operator: scaled queries, softmax state and kernel scratch.
+struct DecodeWorkspace {
+  std::vector<float> scaled_queries;  // [heads, head_dim]
+  std::vector<float> kernel_scratch;  // kernels::attend_scratch_floats(heads, head_dim)
+  SoftmaxState state;
+
+  void prepare(const ConstMatrixRef& queries, float scale) {
+    const std::int64_t heads = queries.rows(), head_dim = queries.cols();
+    scaled_queries.resize(static_cast<std::size_t>(heads * head_dim));
+    for (std::int64_t h = 0; h < heads; ++h)
+      for (std::int64_t i = 0; i < head_dim; ++i)
+        scaled_queries[static_cast<std::size_t>(h * head_dim + i)] = queries(h, i) * scale;
+    kernel_scratch.resize(static_cast<std::size_t>(kernels::attend_scratch_floats(heads, head_dim)));
+    state.resize(heads, head_dim);
+  }
+};
+
+/// Folds the ranges of `support` into heads [first_head, first_head + count) of ws.state.
+template <KvViewLike View>
+void attend_support(const View& kv, std::span<const PositionRange> ranges,
+                    std::int64_t first_head, std::int64_t count, DecodeWorkspace& ws) {
+  using T = typename View::value_type;
+  const auto attend = kernels::active().attend[kernels::index_of(storage_type_of<T>)];
+  kernels::AttendArgs args = ws.state.attend_args(first_head, count);
+  args.queries = ws.scaled_queries.data() + first_head * kv.head_dim();
+  args.key_stride = kv.key_stride();
+  args.value_stride = kv.value_stride();
+  args.scratch = ws.kernel_scratch.data();
+  for (const PositionRange& range : ranges) {
+    kv.for_each_run(range.begin, range.end,
+                    [&](const T* keys, const T* values, std::int64_t, std::int64_t rows) {
+                      args.keys = keys;
+                      args.values = values;
+                      args.rows = rows;
+                      attend(args);
+                    });
+  }
+}
+
+inline void finish(const DecodeWorkspace& ws, std::int64_t head, std::int64_t positions_read,
+                   MatrixRef& out, std::span<HeadResult> results) {
+  ws.state.normalize(head, std::span(out.row(head).data(), static_cast<std::size_t>(out.cols())));
+  results[static_cast<std::size_t>(head)] = {ws.state.lse(head), positions_read};
+}
+
+}  // namespace detail
+
+/// Attends every query head of a group over an explicit support (sorted disjoint ranges within
+/// the view). The building block of both operators; useful on its own for custom selection.
+/// \param queries [heads, head_dim] f32, unscaled
+/// \param scale   attention scale c (scores are c <q, k>)
+/// \param out     [heads, head_dim]: normalised output over the support (zeros if empty)
+/// \param results [heads]: lse over the support and positions read
+template <KvViewLike View>
+void decode_support(const ConstMatrixRef& queries, const View& kv, const Support& support,
+                    float scale, MatrixRef out, std::span<HeadResult> results) {
+  constexpr const char* where = "amc::decode_support";
+  detail::check_decode_shapes(where, queries, kv, out, results);
+  AMC_CHECK(support.end() <= kv.positions(), where, "support reaches position ",
+            support.end() - 1, " but the KV view has ", kv.positions(), " positions");
+  AMC_CHECK(scale > 0.0f && std::isfinite(scale), where, "scale must be positive and finite, got ",
+            scale);
+  thread_local detail::DecodeWorkspace ws;
+  ws.prepare(queries, scale);
+  detail::attend_support(kv, support.ranges(), 0, queries.rows(), ws);
+  for (std::int64_t h = 0; h < queries.rows(); ++h) detail::finish(ws, h, support.size(), out, results);
+}
+
+/// Dense decode: every query head of the group over every cached position.
+class DenseDecode {
+ public:
+  /// \param scale attention scale c; unset means 1/sqrt(head_dim)
+  explicit DenseDecode(std::optional<float> scale = {}) : scale_(scale) {
+    AMC_CHECK(!scale || (*scale > 0.0f && std::isfinite(*scale)), "amc::DenseDecode",
+              "scale must be positive and finite, got ", scale ? *scale : 0.0f);
+  }
+
+  /// \param queries [heads, head_dim] f32
+  /// \param head    the KV head (summaries unused)
+  /// \param out     [heads, head_dim] f32
+  /// \param results [heads]
+  template <KvViewLike View>
+  void decode(const ConstMatrixRef& queries, const KvHead<View>& head, MatrixRef out,
+              std::span<HeadResult> results) {
+    detail::check_decode_shapes("amc::DenseDecode::decode", queries, head.kv, out, results);
+    workspace_.prepare(queries, detail::resolve_scale(scale_, head.kv.head_dim()));
+    const PositionRange all{0, head.kv.positions()};
+    detail::attend_support(head.kv, std::span(&all, 1), 0, queries.rows(), workspace_);
+    for (std::int64_t h = 0; h < queries.rows(); ++h)
+      detail::finish(workspace_, h, all.size(), out, results);
+  }
+
+ private:
+  std::optional<float> scale_;
+  detail::DecodeWorkspace workspace_;
+};
+
+/// Block-sparse decode: score blocks with `Selector`, keep sinks, window and the top-k blocks,
+/// attend over that support. Selection is fresh at every call. Not thread-safe: use one operator
+/// per thread (it owns its scratch so steady-state calls do not allocate).
+template <class Selector = RuleSelector>
+class BlockSparseDecode {
+ public:
+  /// Validates `config`; the default Selector (RuleSelector) follows config.score.
+  explicit BlockSparseDecode(const SparseConfig& config) : BlockSparseDecode(config, Selector{}) {}
+  BlockSparseDecode(const SparseConfig& config, Selector selector)
+      : config_(config), selector_(std::move(selector)) {
+    config_.validate();
+    if constexpr (std::same_as<Selector, RuleSelector>) selector_ = RuleSelector(config_.score);
+  }
+
+  const SparseConfig& config() const { return config_; }
+  const Selector& selector() const { return selector_; }
+
+  /// Blocks selected for query head h at the last call (for per-group scope, the same for all).
+  std::span<const std::int64_t> selected_blocks(std::int64_t head) const {
+    return selected_[static_cast<std::size_t>(head)];
+  }
+  /// Support read by query head h at the last call.
+  const Support& support(std::int64_t head) const { return supports_[static_cast<std::size_t>(head)]; }
+  /// [heads, blocks] selector scores of the last call (row h for query head h).
+  std::span<const float> block_scores() const { return block_scores_; }
+
+  /// \param queries [heads, head_dim] f32
+  /// \param head    the KV head; head.summaries must cover exactly head.kv's positions with
+  ///                block_size == config().block_size
+  /// \param out     [heads, head_dim] f32
+  /// \param results [heads]
+  template <KvViewLike View>
+    requires BlockSelector<Selector, View>
+  void decode(const ConstMatrixRef& queries, const KvHead<View>& head, MatrixRef out,
+              std::span<HeadResult> results) {
+    constexpr const char* where = "amc::BlockSparseDecode::decode";
+    const View& kv = head.kv;
+    detail::check_decode_shapes(where, queries, kv, out, results);
+    AMC_CHECK(head.summaries != nullptr, where,
+              "head.summaries is null: block-sparse decode needs block summaries of the KV head");
+    const BlockSummaries& summaries = *head.summaries;
+    AMC_CHECK(summaries.block_size() == config_.block_size, where, "summaries have block_size ",
+              summaries.block_size(), " but config.block_size is ", config_.block_size);
+    AMC_CHECK(summaries.positions() == kv.positions(), where, "summaries cover ",
+              summaries.positions(), " positions but the KV view has ", kv.positions());
+    AMC_CHECK(summaries.head_dim() == kv.head_dim(), where, "summaries have head_dim ",
+              summaries.head_dim(), " but the KV view has head_dim ", kv.head_dim());
+
+    const std::int64_t heads = queries.rows();
+    const std::int64_t head_dim = queries.cols();
+    const std::int64_t blocks = summaries.blocks();
+    workspace_.prepare(queries, detail::resolve_scale(config_.scale, head_dim));
+    const CandidateBlocks candidates = candidate_blocks(kv.positions(), config_);
+
+    block_scores_.assign(static_cast<std::size_t>(heads * blocks),
+                         -std::numeric_limits<float>::infinity());
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const BlockScoringInput input{
+          std::span<const float>(workspace_.scaled_queries.data() + h * head_dim,
+                                 static_cast<std::size_t>(head_dim)),
+          summaries, candidates};
+      selector_.score_blocks(input, kv,
+                             std::span(block_scores_.data() + h * blocks, static_cast<std::size_t>(blocks)));
+    }
+
+    selected_.resize(static_cast<std::size_t>(heads));
+    supports_.resize(static_cast<std::size_t>(heads));
+    if (config_.scope == SelectionScope::per_group) {
+      combined_.assign(static_cast<std::size_t>(blocks), 0.0f);
+      combine_group_scores(block_scores_, heads, blocks, candidates, config_.combine, combined_);
+      select_top_k(combined_, candidates, config_.top_k, selected_[0]);
+      build_support(kv.positions(), config_, selected_[0], supports_[0]);
+      detail::attend_support(kv, supports_[0].ranges(), 0, heads, workspace_);
+      for (std::int64_t h = 1; h < heads; ++h) {
+        selected_[static_cast<std::size_t>(h)] = selected_[0];
+        supports_[static_cast<std::size_t>(h)] = supports_[0];
+      }
+    } else {
+      for (std::int64_t h = 0; h < heads; ++h) {
+        auto& selected = selected_[static_cast<std::size_t>(h)];
+        auto& support = supports_[static_cast<std::size_t>(h)];
+        select_top_k(std::span<const float>(block_scores_).subspan(
+                         static_cast<std::size_t>(h * blocks), static_cast<std::size_t>(blocks)),
+                     candidates, config_.top_k, selected);
+        build_support(kv.positions(), config_, selected, support);
+        detail::attend_support(kv, support.ranges(), h, 1, workspace_);
+      }
+    }
+    for (std::int64_t h = 0; h < heads; ++h) {
+      detail::finish(workspace_, h, supports_[static_cast<std::size_t>(h)].size(), out, results);
+    }
+  }
+
+ private:
+  SparseConfig config_;
+  Selector selector_;
+  detail::DecodeWorkspace workspace_;
+  std::vector<float> block_scores_;  // [heads, blocks]
+  std::vector<float> combined_;      // [blocks]
+  std::vector<std::vector<std::int64_t>> selected_;
+  std::vector<Support> supports_;
+};
+
+static_assert(DecodeOperator<DenseDecode, KvView<float>>);
+static_assert(DecodeOperator<DenseDecode, PagedKvView<bf16>>);
+static_assert(DecodeOperator<BlockSparseDecode<>, KvView<f16>>);
+static_assert(DecodeOperator<BlockSparseDecode<MeanPooledSelector>, PagedKvView<float>>);
+
+}  // namespace amc

@@ -1,0 +1,208 @@
+// Block selectors: rank the blocks of one KV head for one query head, and turn the ranking into
+// a support (sinks U window U top-k blocks).
+//
+// A selector writes one score per block, higher meaning "read this block first". Scores are in
+// logit units (they estimate or bound the log of the block's softmax mass up to a shared
+// constant), which is what lets per-group scope softmax-normalise and combine them across heads.
+// Users plug in their own rule by writing a type that models BlockSelector.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "amc/attention/block_summaries.hpp"
+#include "amc/attention/sparse_config.hpp"
+#include "amc/attention/support.hpp"
+#include "amc/error.hpp"
+#include "amc/kernels/kernel_table.hpp"
+#include "amc/kv_view.hpp"
+
+namespace amc {
+
+/// Blocks that may be selected: those with at least one position outside the always-kept
+/// sinks [0, kept_prefix) and window [kept_suffix_begin, positions). They form the contiguous
+/// index range [first, last); empty when sinks and window cover everything.
+struct CandidateBlocks {
+  std::int64_t first = 0;
+  std::int64_t last = 0;
+  std::int64_t kept_prefix = 0;        ///< min(sinks, positions)
+  std::int64_t kept_suffix_begin = 0;  ///< max(positions - window, kept_prefix)
+
+  std::int64_t count() const { return last - first; }
+};
+
+inline CandidateBlocks candidate_blocks(std::int64_t positions, const SparseConfig& config) {
+  CandidateBlocks c;
+  c.kept_prefix = std::min(config.sinks, positions);
+  c.kept_suffix_begin = std::max(positions - config.window, c.kept_prefix);
+  if (c.kept_prefix < c.kept_suffix_begin) {
+    c.first = c.kept_prefix / config.block_size;
+    c.last = (c.kept_suffix_begin + config.block_size - 1) / config.block_size;
+  }
+  return c;
+}
+
+/// What a selector sees for one query head.
+struct BlockScoringInput {
+  std::span<const float> query;  ///< [head_dim], already multiplied by the attention scale c
+  const BlockSummaries& summaries;
+  CandidateBlocks candidates;
+};
+
+/// A block scoring rule: fills scores[b] for every candidate block b (scores has one slot per
+/// block of the summaries; slots outside the candidate range are ignored).
+template <class S, class View>
+concept BlockSelector =
+    KvViewLike<View> && requires(const S& selector, const BlockScoringInput& input,
+                                 const View& kv, std::span<float> scores) {
+      { selector.score_blocks(input, kv, scores) } -> std::same_as<void>;
+    };
+
+/// The method: shat_b = c <q, kbar_b>, the mean of the block's scores (by linearity). A lower
+/// bound on log M_b - log|b| (Jensen), so it dilutes single high-scoring positions.
+struct MeanPooledSelector {
+  template <KvViewLike View>
+  void score_blocks(const BlockScoringInput& in, const View& /*kv*/, std::span<float> scores) const {
+    const auto& c = in.candidates;
+    if (c.count() == 0) return;
+    const auto means = in.summaries.mean_keys();
+    kernels::active().score_rows[kernels::index_of(StorageType::f32)](
+        in.query.data(), 1, in.summaries.head_dim(), means.data() + c.first * means.outerStride(),
+        means.outerStride(), c.count(), scores.data() + c.first, 0);
+  }
+};
+
+/// Quest-style comparison: ub_b = c sum_i max(q_i kmin_{b,i}, q_i kmax_{b,i}) >= max_{j in b} s_j.
+/// Needs summaries built with channel_bounds.
+struct ChannelBoundSelector {
+  template <KvViewLike View>
+  void score_blocks(const BlockScoringInput& in, const View& /*kv*/, std::span<float> scores) const {
+    const auto& c = in.candidates;
+    if (c.count() == 0) return;
+    const auto lo = in.summaries.channel_min();
+    const auto hi = in.summaries.channel_max();
+    kernels::active().channel_bound(in.query.data(), in.summaries.head_dim(),
+                                    lo.data() + c.first * lo.outerStride(),
+                                    hi.data() + c.first * hi.outerStride(), lo.outerStride(),
+                                    c.count(), scores.data() + c.first);
+  }
+};
+
+/// Evaluation oracle: the log of the true softmax mass (up to the shared normaliser) that the
+/// block would add to the support, log sum_{j in b, j not always kept} exp(s_j). Top-k by this
+/// maximises retained mass exactly. Reads every candidate key: for measurement, not speed.
+class OracleSelector {
+ public:
+  template <KvViewLike View>
+  void score_blocks(const BlockScoringInput& in, const View& kv, std::span<float> scores) const {
+    using T = typename View::value_type;
+    const auto& c = in.candidates;
+    const auto& table = kernels::active();
+    const std::int64_t block_size = in.summaries.block_size();
+    scratch_.resize(static_cast<std::size_t>(block_size));
+    for (std::int64_t b = c.first; b < c.last; ++b) {
+      const std::int64_t begin = std::max(b * block_size, c.kept_prefix);
+      const std::int64_t end = std::min((b + 1) * block_size, c.kept_suffix_begin);
+      kv.for_each_run(begin, end, [&](const T* keys, const T*, std::int64_t first, std::int64_t rows) {
+        table.score_rows[kernels::index_of(storage_type_of<T>)](
+            in.query.data(), 1, kv.head_dim(), keys, kv.key_stride(), rows,
+            scratch_.data() + (first - begin), 0);
+      });
+      const std::int64_t count = end - begin;
+      const float max = table.max(scratch_.data(), count);
+      scores[static_cast<std::size_t>(b)] = max + std::log(table.exp_sum(scratch_.data(), count, max));
+    }
+  }
+
+ private:
+  mutable std::vector<float> scratch_;  // one block of scores; makes the selector single-threaded
+};
+
+/// Runtime choice among the built-in rules, by SparseConfig::score (for tools and configs).
+class RuleSelector {
+ public:
+  RuleSelector() = default;
+  explicit RuleSelector(ScoreRule rule) : rule_(rule) {}
+  ScoreRule rule() const { return rule_; }
+
+  template <KvViewLike View>
+  void score_blocks(const BlockScoringInput& in, const View& kv, std::span<float> scores) const {
+    switch (rule_) {
+      case ScoreRule::mean_pooled: return MeanPooledSelector{}.score_blocks(in, kv, scores);
+      case ScoreRule::channel_bound: return ChannelBoundSelector{}.score_blocks(in, kv, scores);
+      case ScoreRule::oracle: return oracle_.score_blocks(in, kv, scores);
+    }
+  }
+
+ private:
+  ScoreRule rule_ = ScoreRule::mean_pooled;
+  OracleSelector oracle_;
+};
+
+/// Picks the `k` best candidate blocks by score, ties broken by the lower block index; NaN scores
+/// rank last. Writes the chosen block indices to `selected` in increasing order.
+inline void select_top_k(std::span<const float> scores, const CandidateBlocks& candidates,
+                         std::int64_t k, std::vector<std::int64_t>& selected) {
+  selected.clear();
+  for (std::int64_t b = candidates.first; b < candidates.last; ++b) selected.push_back(b);
+  if (k < candidates.count()) {
+    auto key = [&](std::int64_t b) {
+      const float s = scores[static_cast<std::size_t>(b)];
+      return std::isnan(s) ? -std::numeric_limits<float>::infinity() : s;
+    };
+    auto better = [&](std::int64_t a, std::int64_t b) {
+      const float ka = key(a), kb = key(b);
+      return ka > kb || (ka == kb && a < b);
+    };
+    std::nth_element(selected.begin(), selected.begin() + k, selected.end(), better);
+    selected.resize(static_cast<std::size_t>(k));
+    std::sort(selected.begin(), selected.end());
+  }
+}
+
+/// Support = sinks U window U the selected blocks, deduplicated and in position order.
+inline void build_support(std::int64_t positions, const SparseConfig& config,
+                          std::span<const std::int64_t> selected_blocks, Support& support) {
+  support.clear();
+  support.add(0, config.sinks, positions);
+  support.add(positions - config.window, positions, positions);
+  for (const std::int64_t b : selected_blocks) {
+    support.add(b * config.block_size, (b + 1) * config.block_size, positions);
+  }
+  support.normalize();
+}
+
+/// Per-group combination: each row of `head_scores` ([heads, blocks]) becomes a softmax over the
+/// candidate blocks; `combined[b]` is their sum or max over heads. Scores of non-candidate blocks
+/// are left untouched.
+inline void combine_group_scores(std::span<const float> head_scores, std::int64_t heads,
+                                 std::int64_t blocks, const CandidateBlocks& candidates,
+                                 GroupCombine combine, std::span<float> combined) {
+  const auto first = static_cast<std::size_t>(candidates.first);
+  const auto last = static_cast<std::size_t>(candidates.last);
+  std::fill(combined.begin() + first, combined.begin() + last, 0.0f);
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const float* row = head_scores.data() + h * blocks;
+    float max = -std::numeric_limits<float>::infinity();
+    for (std::size_t b = first; b < last; ++b) {
+      if (!std::isnan(row[b])) max = std::max(max, row[b]);
+    }
+    if (!std::isfinite(max)) continue;  // this head prefers nothing: contributes nothing
+    double total = 0.0;
+    for (std::size_t b = first; b < last; ++b) {
+      if (!std::isnan(row[b])) total += std::exp(static_cast<double>(row[b] - max));
+    }
+    for (std::size_t b = first; b < last; ++b) {
+      const float p =
+          std::isnan(row[b]) ? 0.0f : static_cast<float>(std::exp(static_cast<double>(row[b] - max)) / total);
+      combined[b] = combine == GroupCombine::sum ? combined[b] + p : std::max(combined[b], p);
+    }
+  }
+}
+
+}  // namespace amc

@@ -1,0 +1,87 @@
+// The compiled SIMD kernels behind amc's operators, one table per instruction set.
+//
+// Operators are header templates; the loops they spend their time in live in src/, compiled
+// once per instruction set (scalar, SSE2, AVX2+FMA+F16C, AVX-512) and chosen at run time from
+// what the CPU reports. Storage-typed entries are indexed by StorageType (f32, bf16, f16); the
+// `const void*` arguments point at elements of that type. Every kernel accumulates in f32.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "amc/storage.hpp"
+
+namespace amc::kernels {
+
+/// Rows per chunk of the fused attention kernel: scores of a chunk are kept in scratch.
+inline constexpr std::int64_t kAttendChunk = 64;
+
+/// Floats of scratch that `attend` needs for `heads` query heads of width `head_dim`.
+constexpr std::int64_t attend_scratch_floats(std::int64_t heads, std::int64_t head_dim) {
+  return heads * kAttendChunk + head_dim;
+}
+
+/// One run of rows for the fused online-softmax attention kernel.
+struct AttendArgs {
+  const float* queries = nullptr;  ///< [heads, head_dim], already multiplied by the scale
+  std::int64_t heads = 0;
+  std::int64_t head_dim = 0;
+  const void* keys = nullptr;    ///< [rows, key_stride] of the storage type
+  std::ptrdiff_t key_stride = 0;  ///< elements between consecutive key rows
+  const void* values = nullptr;  ///< [rows, value_stride] of the storage type
+  std::ptrdiff_t value_stride = 0;
+  std::int64_t rows = 0;
+  float* running_max = nullptr;  ///< [heads], updated in place (-inf when nothing read yet)
+  float* running_sum = nullptr;  ///< [heads], sum of exp(s - running_max)
+  float* accumulator = nullptr;  ///< [heads, head_dim], unnormalised output
+  float* scratch = nullptr;      ///< attend_scratch_floats(heads, head_dim) floats
+};
+
+/// Function pointers of one instruction set. All pointers are non-null.
+struct KernelTable {
+  std::string_view name;  ///< "scalar", "sse2", "avx2", "avx512"
+  int f32_lanes = 1;      ///< floats per vector register
+
+  /// <q, x> over n elements; x of the indexed storage type.
+  float (*dot[3])(const float* q, const void* x, std::int64_t n) = {};
+  /// y += alpha * x over n elements; x of the indexed storage type.
+  void (*axpy[3])(float alpha, const void* x, float* y, std::int64_t n) = {};
+  /// y = float(x) over n elements.
+  void (*load[3])(const void* x, float* y, std::int64_t n) = {};
+  /// max of n floats; -inf when n == 0.
+  float (*max)(const float* x, std::int64_t n) = nullptr;
+  /// x_i = exp(x_i - shift) in place; returns the sum of the new x_i.
+  float (*exp_sum)(float* x, std::int64_t n, float shift) = nullptr;
+  /// y *= alpha over n elements.
+  void (*scale)(float* y, float alpha, std::int64_t n) = nullptr;
+
+  /// Online-softmax update of `heads` states over `rows` key/value rows (see AttendArgs).
+  void (*attend[3])(const AttendArgs& args) = {};
+  /// out[h * out_stride + r] = <queries[h], rows[r]> for h < heads, r < count.
+  void (*score_rows[3])(const float* queries, std::int64_t heads, std::int64_t head_dim,
+                        const void* rows, std::ptrdiff_t row_stride, std::int64_t count,
+                        float* out, std::ptrdiff_t out_stride) = {};
+  /// out[b] = sum_i max(q_i * lo[b, i], q_i * hi[b, i]): the channel-wise upper bound of
+  /// <q, k> over any key k with lo <= k <= hi (per channel). lo, hi: [count, row_stride].
+  void (*channel_bound)(const float* query, std::int64_t head_dim, const float* lo,
+                        const float* hi, std::ptrdiff_t row_stride, std::int64_t count,
+                        float* out) = nullptr;
+};
+
+/// The table used by amc's operators: the best instruction set this CPU supports, unless the
+/// environment variable AMC_KERNELS names another available one ("scalar", "sse2", "avx2",
+/// "avx512"; an unknown or unsupported name makes the first call throw amc::error).
+/// Chosen once, on first use.
+const KernelTable& active();
+
+/// Every table compiled into this build that this CPU can run, scalar first.
+std::span<const KernelTable* const> available();
+
+/// The available table with this name, or nullptr.
+const KernelTable* find(std::string_view name);
+
+constexpr std::size_t index_of(StorageType type) { return static_cast<std::size_t>(type); }
+
+}  // namespace amc::kernels

@@ -1,0 +1,78 @@
+// Run-time choice of the kernel table: the best instruction set the CPU reports, or the one
+// named by AMC_KERNELS (for tests and for comparing instruction sets on one machine).
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "amc/error.hpp"
+#include "kernels_registry.hpp"
+
+namespace amc::kernels {
+namespace {
+
+bool cpu_supports([[maybe_unused]] std::string_view name) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  __builtin_cpu_init();
+  if (name == "sse2") return __builtin_cpu_supports("sse2");
+  if (name == "avx2") {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  }
+  if (name == "avx512") {
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd") &&
+           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  }
+#endif
+  return false;
+}
+
+std::vector<const KernelTable*> detect() {
+  std::vector<const KernelTable*> tables{&detail::scalar_table()};
+#if AMC_KERNELS_SSE2
+  if (cpu_supports("sse2")) tables.push_back(&detail::sse2_table());
+#endif
+#if AMC_KERNELS_AVX2
+  if (cpu_supports("avx2")) tables.push_back(&detail::avx2_table());
+#endif
+#if AMC_KERNELS_AVX512
+  if (cpu_supports("avx512")) tables.push_back(&detail::avx512_table());
+#endif
+  return tables;
+}
+
+const KernelTable& choose() {
+  const auto tables = available();
+  const char* requested = std::getenv("AMC_KERNELS");
+  if (requested == nullptr || *requested == '\0') return *tables.back();
+  if (const KernelTable* table = find(requested)) return *table;
+  std::string names;
+  for (const KernelTable* table : tables) names += (names.empty() ? "" : ", ") + std::string(table->name);
+  ::amc::detail::throw_error("amc::kernels::active", "AMC_KERNELS='", requested,
+                      "' is not an instruction set this build and CPU support (available: ", names,
+                      ")");
+}
+
+}  // namespace
+
+std::span<const KernelTable* const> available() {
+  static const std::vector<const KernelTable*> tables = detect();
+  return tables;
+}
+
+const KernelTable* find(std::string_view name) {
+  for (const KernelTable* table : available()) {
+    if (table->name == name) return table;
+  }
+  return nullptr;
+}
+
+const KernelTable& active() {
+  // A function-local static that failed to initialise is retried on the next call, so a bad
+  // AMC_KERNELS keeps throwing instead of silently falling back.
+  static const KernelTable& table = choose();
+  return table;
+}
+
+}  // namespace amc::kernels

@@ -1,0 +1,22 @@
+// Kernels compiled for avx512 (flags in cmake/AmcSimd.cmake).
+#include "kernels_registry.hpp"
+#include "kernels_simd.hpp"
+
+namespace amc::kernels {
+namespace {
+
+struct Avx512Ops : SimdOps<xsimd::avx512bw> {
+  static constexpr std::string_view name = "avx512";
+};
+
+}  // namespace
+
+namespace detail {
+
+const KernelTable& avx512_table() {
+  static const KernelTable table = make_table<Avx512Ops>();
+  return table;
+}
+
+}  // namespace detail
+}  // namespace amc::kernels

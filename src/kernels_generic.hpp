@@ -1,0 +1,177 @@
+// The kernel algorithms, written once over a primitive-operations policy `Ops`:
+//   Ops::name, Ops::kLanes,
+//   Ops::dot<T>(q, x, n), Ops::axpy(alpha, x, y, n) (f32 x), Ops::load<T>(x, y, n),
+//   Ops::max(x, n), Ops::exp_sum(x, n, shift), Ops::scale(y, alpha, n),
+//   Ops::channel_bound_row(q, lo, hi, n).
+// Included by one translation unit per instruction set (kernels_scalar.cpp, kernels_sse2.cpp,
+// ...); everything here has internal linkage so the per-ISA copies never merge at link time.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "amc/kernels/kernel_table.hpp"
+
+namespace amc::kernels {
+namespace {
+
+template <class Ops, KvStorage T>
+float dot_entry(const float* q, const void* x, std::int64_t n) {
+  return Ops::template dot<T>(q, static_cast<const T*>(x), n);
+}
+
+template <class Ops, KvStorage T>
+void load_entry(const void* x, float* y, std::int64_t n) {
+  Ops::template load<T>(static_cast<const T*>(x), y, n);
+}
+
+template <class Ops, KvStorage T>
+void axpy_entry(float alpha, const void* x, float* y, std::int64_t n) {
+  if constexpr (std::same_as<T, float>) {
+    Ops::axpy(alpha, static_cast<const float*>(x), y, n);
+  } else {
+    // Convert in slices so the f32 copy stays in registers/L1 whatever n is.
+    constexpr std::int64_t kSlice = 256;
+    alignas(64) float converted[kSlice];
+    const T* source = static_cast<const T*>(x);
+    for (std::int64_t i = 0; i < n; i += kSlice) {
+      const std::int64_t count = std::min(kSlice, n - i);
+      Ops::template load<T>(source + i, converted, count);
+      Ops::axpy(alpha, converted, y + i, count);
+    }
+  }
+}
+
+template <class Ops, KvStorage T>
+void score_rows_entry(const float* queries, std::int64_t heads, std::int64_t head_dim,
+                      const void* rows, std::ptrdiff_t row_stride, std::int64_t count, float* out,
+                      std::ptrdiff_t out_stride) {
+  const T* row = static_cast<const T*>(rows);
+  // Row-outer: each row is read from memory once and reused from L1 for every head.
+  for (std::int64_t r = 0; r < count; ++r, row += row_stride) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      out[h * out_stride + r] = Ops::template dot<T>(queries + h * head_dim, row, head_dim);
+    }
+  }
+}
+
+/// Online softmax over chunks of kAttendChunk rows: score the chunk for every head, fold the
+/// chunk into each head's (max, sum, accumulator) with one rescale per chunk, then stream the
+/// value rows once, adding each to every head's accumulator.
+template <class Ops, KvStorage T>
+void attend_entry(const AttendArgs& a) {
+  const T* keys = static_cast<const T*>(a.keys);
+  const T* values = static_cast<const T*>(a.values);
+  float* scores = a.scratch;                           // [heads, kAttendChunk]
+  float* value_row = a.scratch + a.heads * kAttendChunk;  // [head_dim]
+  for (std::int64_t first = 0; first < a.rows; first += kAttendChunk) {
+    const std::int64_t rows = std::min(kAttendChunk, a.rows - first);
+    score_rows_entry<Ops, T>(a.queries, a.heads, a.head_dim, keys + first * a.key_stride,
+                             a.key_stride, rows, scores, kAttendChunk);
+    for (std::int64_t h = 0; h < a.heads; ++h) {
+      float* head_scores = scores + h * kAttendChunk;
+      const float old_max = a.running_max[h];
+      const float new_max = std::max(old_max, Ops::max(head_scores, rows));
+      const float chunk_sum = Ops::exp_sum(head_scores, rows, new_max);
+      if (new_max > old_max && a.running_sum[h] != 0.0f) {
+        // Rescale what was accumulated under the old max; exp(-inf) would be 0 anyway, but
+        // the guard keeps the first chunk free of a pointless pass over the accumulator.
+        const float rescale = std::exp(old_max - new_max);
+        a.running_sum[h] *= rescale;
+        Ops::scale(a.accumulator + h * a.head_dim, rescale, a.head_dim);
+      }
+      a.running_sum[h] += chunk_sum;
+      a.running_max[h] = new_max;
+    }
+    const T* value = values + first * a.value_stride;
+    for (std::int64_t r = 0; r < rows; ++r, value += a.value_stride) {
+      const float* row = value_row;
+      if constexpr (std::same_as<T, float>) {
+        row = value;
+      } else {
+        Ops::template load<T>(value, value_row, a.head_dim);
+      }
+      for (std::int64_t h = 0; h < a.heads; ++h) {
+        Ops::axpy(scores[h * kAttendChunk + r], row, a.accumulator + h * a.head_dim, a.head_dim);
+      }
+    }
+  }
+}
+
+template <class Ops>
+void channel_bound_entry(const float* query, std::int64_t head_dim, const float* lo,
+                         const float* hi, std::ptrdiff_t row_stride, std::int64_t count,
+                         float* out) {
+  for (std::int64_t b = 0; b < count; ++b) {
+    out[b] = Ops::channel_bound_row(query, lo + b * row_stride, hi + b * row_stride, head_dim);
+  }
+}
+
+template <class Ops>
+KernelTable make_table() {
+  KernelTable table;
+  table.name = Ops::name;
+  table.f32_lanes = Ops::kLanes;
+  auto fill = [&]<KvStorage T>() {
+    const std::size_t i = index_of(storage_type_of<T>);
+    table.dot[i] = &dot_entry<Ops, T>;
+    table.axpy[i] = &axpy_entry<Ops, T>;
+    table.load[i] = &load_entry<Ops, T>;
+    table.attend[i] = &attend_entry<Ops, T>;
+    table.score_rows[i] = &score_rows_entry<Ops, T>;
+  };
+  fill.template operator()<float>();
+  fill.template operator()<bf16>();
+  fill.template operator()<f16>();
+  table.max = &Ops::max;
+  table.exp_sum = &Ops::exp_sum;
+  table.scale = &Ops::scale;
+  table.channel_bound = &channel_bound_entry<Ops>;
+  return table;
+}
+
+/// Plain loops: the portable kernels, and the tails of the SIMD ones.
+struct ScalarOps {
+  static constexpr std::string_view name = "scalar";
+  static constexpr int kLanes = 1;
+
+  template <KvStorage T>
+  static float dot(const float* q, const T* x, std::int64_t n) {
+    float sum = 0.0f;
+    for (std::int64_t i = 0; i < n; ++i) sum += q[i] * to_float(x[i]);
+    return sum;
+  }
+  static void axpy(float alpha, const float* x, float* y, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  }
+  template <KvStorage T>
+  static void load(const T* x, float* y, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = to_float(x[i]);
+  }
+  static float max(const float* x, std::int64_t n) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (std::int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+    return m;
+  }
+  static float exp_sum(float* x, std::int64_t n, float shift) {
+    float sum = 0.0f;
+    for (std::int64_t i = 0; i < n; ++i) {
+      x[i] = std::exp(x[i] - shift);
+      sum += x[i];
+    }
+    return sum;
+  }
+  static void scale(float* y, float alpha, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) y[i] *= alpha;
+  }
+  static float channel_bound_row(const float* q, const float* lo, const float* hi,
+                                 std::int64_t n) {
+    float sum = 0.0f;
+    for (std::int64_t i = 0; i < n; ++i) sum += std::max(q[i] * lo[i], q[i] * hi[i]);
+    return sum;
+  }
+};
+
+}  // namespace
+}  // namespace amc::kernels

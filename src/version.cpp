@@ -1,0 +1,7 @@
+#include "amc/version.hpp"
+
+namespace amc {
+
+std::string_view version() { return AMC_VERSION_STRING; }
+
+}  // namespace amc
