@@ -1,0 +1,70 @@
+// A synthetic KV head for operator tests: the same logical cache as a strided contiguous view
+// and as a paged view whose pages are scattered through a larger pool.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "amc/kv_view.hpp"
+#include "test_helpers.hpp"
+
+namespace amc::test {
+
+template <KvStorage T>
+struct TestCache {
+  std::int64_t positions = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t stride = 0;          // row stride of the contiguous copy (> head_dim: strided)
+  std::vector<T> keys, values;      // [positions, stride]
+  std::vector<float> keys_f, values_f;  // what the storage holds, as floats
+
+  std::int64_t page_size = 0;
+  std::vector<std::int32_t> page_table;
+  std::vector<T> key_pool, value_pool;  // [pool_rows, stride]
+  std::int64_t pool_rows = 0;
+
+  /// Random keys with a few strong rows (a sink at 0 and "needles"), so selection matters.
+  TestCache(std::int64_t n, std::int64_t d, std::int64_t page = 16, float key_scale = 1.0f)
+      : positions(n), head_dim(d), stride(d + 5), page_size(page) {
+    auto k = random_floats(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * stride), key_scale);
+    auto v = random_floats(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * stride));
+    std::uniform_int_distribution<std::int64_t> pick(0, std::max<std::int64_t>(n - 1, 0));
+    for (int needle = 0; needle < 4 && n > 0; ++needle) {
+      const std::int64_t p = needle == 0 ? 0 : pick(rng());
+      for (std::int64_t i = 0; i < d; ++i) k[static_cast<std::size_t>(p * stride + i)] *= 4.0f;
+    }
+    keys = to_storage<T>(k, &keys_f);
+    values = to_storage<T>(v, &values_f);
+
+    // Paged copy: pages in reverse order inside a pool with two spare pages.
+    const std::int64_t pages = (n + page_size - 1) / page_size;
+    pool_rows = (pages + 2) * page_size;
+    key_pool.assign(static_cast<std::size_t>(pool_rows * stride), from_float<T>(99.0f));
+    value_pool.assign(static_cast<std::size_t>(pool_rows * stride), from_float<T>(-99.0f));
+    for (std::int64_t p = 0; p < pages; ++p) page_table.push_back(static_cast<std::int32_t>(pages - p));
+    for (std::int64_t pos = 0; pos < n; ++pos) {
+      const std::int64_t row = page_table[pos / page_size] * page_size + pos % page_size;
+      std::copy_n(keys.begin() + pos * stride, stride, key_pool.begin() + row * stride);
+      std::copy_n(values.begin() + pos * stride, stride, value_pool.begin() + row * stride);
+    }
+  }
+
+  KvView<T> view() const {
+    return KvView<T>(keys.data(), values.data(), positions, head_dim, stride, stride);
+  }
+  PagedKvView<T> paged() const {
+    const std::int64_t last = positions == 0 ? 0 : positions - (static_cast<std::int64_t>(page_table.size()) - 1) * page_size;
+    return PagedKvView<T>(key_pool.data(), value_pool.data(), pool_rows, head_dim, page_table,
+                          page_size, last, stride, stride);
+  }
+
+  std::vector<std::int64_t> all_positions() const {
+    std::vector<std::int64_t> out(static_cast<std::size_t>(positions));
+    std::iota(out.begin(), out.end(), std::int64_t{0});
+    return out;
+  }
+};
+
+}  // namespace amc::test

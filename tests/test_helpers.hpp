@@ -1,0 +1,94 @@
+// Shared test utilities: seeded random data, storage round-trips and a double-precision
+// attention reference written with plain loops (independent of the code under test).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "amc/storage.hpp"
+#include "catch.hpp"
+
+namespace amc::test {
+
+inline std::mt19937_64& rng() {
+  static std::mt19937_64 engine(0x5eed'a11c'0de5ULL);
+  return engine;
+}
+
+inline std::vector<float> random_floats(std::size_t n, float scale = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> out(n);
+  for (float& x : out) x = normal(rng());
+  return out;
+}
+
+/// Storage copy of `values`; `stored` receives the floats the storage really holds.
+template <KvStorage T>
+std::vector<T> to_storage(const std::vector<float>& values, std::vector<float>* stored = nullptr) {
+  std::vector<T> out(values.size());
+  if (stored) stored->resize(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    out[i] = from_float<T>(values[i]);
+    if (stored) (*stored)[i] = to_float(out[i]);
+  }
+  return out;
+}
+
+template <KvStorage T>
+std::string storage_name() {
+  return std::string(to_string(storage_type_of<T>));
+}
+
+/// Reference decode for one query head over the listed positions, in double.
+/// keys/values: [n, row_stride] holding the values as stored (already rounded).
+struct ReferenceResult {
+  std::vector<double> out;
+  double lse = -std::numeric_limits<double>::infinity();
+};
+
+inline ReferenceResult reference_attention(const float* query, std::int64_t head_dim,
+                                           const std::vector<float>& keys,
+                                           const std::vector<float>& values,
+                                           std::int64_t row_stride,
+                                           const std::vector<std::int64_t>& positions,
+                                           double scale) {
+  ReferenceResult r;
+  r.out.assign(static_cast<std::size_t>(head_dim), 0.0);
+  if (positions.empty()) return r;
+  std::vector<double> scores;
+  double max = -std::numeric_limits<double>::infinity();
+  for (std::int64_t p : positions) {
+    double s = 0.0;
+    for (std::int64_t i = 0; i < head_dim; ++i)
+      s += static_cast<double>(query[i]) * keys[static_cast<std::size_t>(p * row_stride + i)];
+    s *= scale;
+    scores.push_back(s);
+    max = std::max(max, s);
+  }
+  double sum = 0.0;
+  for (std::size_t j = 0; j < positions.size(); ++j) {
+    const double w = std::exp(scores[j] - max);
+    sum += w;
+    for (std::int64_t i = 0; i < head_dim; ++i)
+      r.out[static_cast<std::size_t>(i)] +=
+          w * values[static_cast<std::size_t>(positions[j] * row_stride + i)];
+  }
+  for (double& x : r.out) x /= sum;
+  r.lse = max + std::log(sum);
+  return r;
+}
+
+/// max_i |a_i - b_i| / max(max_i |b_i|, floor): a max error relative to the output's scale.
+inline double max_relative_error(const float* got, const std::vector<double>& want,
+                                 double floor = 1e-3) {
+  double scale = floor, err = 0.0;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  for (std::size_t i = 0; i < want.size(); ++i) err = std::max(err, std::abs(got[i] - want[i]));
+  return err / scale;
+}
+
+}  // namespace amc::test

@@ -1,0 +1,218 @@
+// Every kernel of every instruction set this CPU runs, against plain double loops, for every
+// length from 0 to three vector widths (plus a few longer) and four misalignments.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "amc/kernels/kernel_table.hpp"
+#include "test_helpers.hpp"
+
+using namespace amc;
+using amc::kernels::KernelTable;
+
+namespace {
+
+constexpr std::int64_t kMaxLanes = 16;
+constexpr std::int64_t kMisalignments = 4;
+
+std::vector<std::int64_t> lengths() {
+  std::vector<std::int64_t> out;
+  for (std::int64_t n = 0; n <= 3 * kMaxLanes; ++n) out.push_back(n);
+  for (std::int64_t n : {63, 64, 65, 127, 200, 257}) out.push_back(n);
+  return out;
+}
+
+// Absolute tolerance for a sum of n products in f32: a few ulps of the sum of magnitudes.
+double sum_tolerance(double magnitude_sum, std::int64_t n) {
+  return 4e-7 * static_cast<double>(n + 1) * magnitude_sum + 1e-30;
+}
+
+template <KvStorage T>
+void check_storage_kernels(const KernelTable& table) {
+  const auto s = kernels::index_of(storage_type_of<T>);
+  for (std::int64_t offset = 0; offset < kMisalignments; ++offset) {
+    for (std::int64_t n : lengths()) {
+      CAPTURE(table.name, test::storage_name<T>(), offset, n);
+      std::vector<float> stored;
+      const auto raw = test::random_floats(static_cast<std::size_t>(n + offset));
+      const auto x_buffer = test::to_storage<T>(raw, &stored);
+      const auto q_buffer = test::random_floats(static_cast<std::size_t>(n + offset));
+      const T* x = x_buffer.data() + offset;
+      const float* q = q_buffer.data() + offset;
+      const float* xs = stored.data() + offset;
+
+      double dot = 0.0, magnitude = 0.0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        dot += static_cast<double>(q[i]) * xs[i];
+        magnitude += std::abs(static_cast<double>(q[i]) * xs[i]);
+      }
+      REQUIRE(std::abs(table.dot[s](q, x, n) - dot) <= sum_tolerance(magnitude, n));
+
+      std::vector<float> y_buffer = test::random_floats(static_cast<std::size_t>(n + offset));
+      std::vector<float> y_before(y_buffer);
+      const float alpha = 0.75f;
+      table.axpy[s](alpha, x, y_buffer.data() + offset, n);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const double want = y_before[offset + i] + static_cast<double>(alpha) * xs[i];
+        REQUIRE(std::abs(y_buffer[offset + i] - want) <= 2e-7 * (std::abs(want) + 1.0));
+      }
+      for (std::int64_t i = 0; i < offset; ++i) REQUIRE(y_buffer[i] == y_before[i]);  // untouched
+
+      std::vector<float> loaded(static_cast<std::size_t>(n + offset), -1.0f);
+      table.load[s](x, loaded.data() + offset, n);
+      for (std::int64_t i = 0; i < n; ++i) REQUIRE(loaded[offset + i] == xs[i]);  // exact
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("kernel tables: the scalar one is always there; names are unique", "[kernels]") {
+  const auto tables = kernels::available();
+  REQUIRE(!tables.empty());
+  REQUIRE(tables.front()->name == "scalar");
+  for (std::size_t i = 0; i < tables.size(); ++i) {
+    REQUIRE(kernels::find(tables[i]->name) == tables[i]);
+    for (std::size_t j = i + 1; j < tables.size(); ++j) REQUIRE(tables[i]->name != tables[j]->name);
+  }
+  REQUIRE(kernels::find("no-such-isa") == nullptr);
+  INFO("active kernels: " << kernels::active().name);
+  REQUIRE(kernels::find(kernels::active().name) == &kernels::active());
+}
+
+TEST_CASE("storage-typed kernels match double loops", "[kernels]") {
+  for (const KernelTable* table : kernels::available()) {
+    check_storage_kernels<float>(*table);
+    check_storage_kernels<bf16>(*table);
+    check_storage_kernels<f16>(*table);
+  }
+}
+
+TEST_CASE("max, exp_sum, scale and channel_bound match double loops", "[kernels]") {
+  for (const KernelTable* table : kernels::available()) {
+    for (std::int64_t offset = 0; offset < kMisalignments; ++offset) {
+      for (std::int64_t n : lengths()) {
+        CAPTURE(table->name, offset, n);
+        auto buffer = test::random_floats(static_cast<std::size_t>(n + offset), 3.0f);
+        float* x = buffer.data() + offset;
+        double want_max = -INFINITY;
+        for (std::int64_t i = 0; i < n; ++i) want_max = std::max<double>(want_max, x[i]);
+        REQUIRE(static_cast<double>(table->max(x, n)) == want_max);
+
+        const std::vector<float> before(buffer);
+        const float shift = n > 0 ? static_cast<float>(want_max) : 0.0f;
+        double want_sum = 0.0;
+        for (std::int64_t i = 0; i < n; ++i) want_sum += std::exp(static_cast<double>(x[i]) - shift);
+        const float got_sum = table->exp_sum(x, n, shift);
+        REQUIRE(std::abs(got_sum - want_sum) <= 2e-6 * want_sum + 1e-30);
+        for (std::int64_t i = 0; i < n; ++i) {
+          const double want = std::exp(static_cast<double>(before[offset + i]) - shift);
+          REQUIRE(std::abs(x[i] - want) <= 2e-6 * want);
+        }
+
+        auto y = test::random_floats(static_cast<std::size_t>(n));
+        const auto y_before = y;
+        table->scale(y.data(), -1.5f, n);
+        for (std::int64_t i = 0; i < n; ++i) REQUIRE(y[i] == y_before[i] * -1.5f);  // exact
+
+        // channel_bound over 3 rows with a row stride larger than n.
+        const std::int64_t stride = n + offset + 1;
+        auto a = test::random_floats(static_cast<std::size_t>(3 * stride));
+        auto b = test::random_floats(static_cast<std::size_t>(3 * stride));
+        std::vector<float> lo(a.size()), hi(a.size());
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          lo[i] = std::min(a[i], b[i]);
+          hi[i] = std::max(a[i], b[i]);
+        }
+        const auto q = test::random_floats(static_cast<std::size_t>(n));
+        float out[3];
+        table->channel_bound(q.data(), n, lo.data(), hi.data(), stride, 3, out);
+        for (std::int64_t r = 0; r < 3; ++r) {
+          double want = 0.0, magnitude = 0.0;
+          for (std::int64_t i = 0; i < n; ++i) {
+            const double qi = q[i];
+            const double term = std::max(qi * lo[r * stride + i], qi * hi[r * stride + i]);
+            want += term;
+            magnitude += std::abs(term);
+          }
+          REQUIRE(std::abs(out[r] - want) <= sum_tolerance(magnitude, n));
+        }
+      }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("fused attend and score_rows match a double reference", "[kernels]", float,
+                   amc::bf16, amc::f16) {
+  using T = TestType;
+  const auto s = kernels::index_of(storage_type_of<T>);
+  for (const KernelTable* table : kernels::available()) {
+    for (std::int64_t head_dim : {1, 7, 16, 64, 67}) {
+      for (std::int64_t rows : {0, 1, 5, 63, 64, 65, 200}) {
+        for (std::int64_t heads : {1, 3, 7}) {
+          CAPTURE(table->name, test::storage_name<T>(), head_dim, rows, heads);
+          const std::int64_t stride = head_dim + 3;  // strided rows
+          std::vector<float> keys_f, values_f;
+          const auto keys = test::to_storage<T>(
+              test::random_floats(static_cast<std::size_t>(rows * stride + 1)), &keys_f);
+          const auto values = test::to_storage<T>(
+              test::random_floats(static_cast<std::size_t>(rows * stride + 1)), &values_f);
+          const auto queries = test::random_floats(static_cast<std::size_t>(heads * head_dim), 0.4f);
+
+          std::vector<float> scores(static_cast<std::size_t>(heads * (rows + 1)));
+          table->score_rows[s](queries.data(), heads, head_dim, keys.data(), stride, rows,
+                               scores.data(), rows + 1);
+          for (std::int64_t h = 0; h < heads; ++h) {
+            for (std::int64_t r = 0; r < rows; ++r) {
+              double want = 0.0, magnitude = 0.0;
+              for (std::int64_t i = 0; i < head_dim; ++i) {
+                const double term = static_cast<double>(queries[h * head_dim + i]) * keys_f[r * stride + i];
+                want += term;
+                magnitude += std::abs(term);
+              }
+              REQUIRE(std::abs(scores[h * (rows + 1) + r] - want) <= sum_tolerance(magnitude, head_dim));
+            }
+          }
+
+          // Attend in two runs (split inside a chunk) to exercise the running state.
+          std::vector<float> max(static_cast<std::size_t>(heads), -INFINITY);
+          std::vector<float> sum(static_cast<std::size_t>(heads), 0.0f);
+          std::vector<float> acc(static_cast<std::size_t>(heads * head_dim), 0.0f);
+          std::vector<float> scratch(static_cast<std::size_t>(kernels::attend_scratch_floats(heads, head_dim)));
+          const std::int64_t split = rows / 3;
+          for (auto [first, count] : {std::pair{std::int64_t{0}, split}, std::pair{split, rows - split}}) {
+            kernels::AttendArgs args;
+            args.queries = queries.data();
+            args.heads = heads;
+            args.head_dim = head_dim;
+            args.keys = keys.data() + first * stride;
+            args.key_stride = stride;
+            args.values = values.data() + first * stride;
+            args.value_stride = stride;
+            args.rows = count;
+            args.running_max = max.data();
+            args.running_sum = sum.data();
+            args.accumulator = acc.data();
+            args.scratch = scratch.data();
+            table->attend[s](args);
+          }
+          std::vector<std::int64_t> all(static_cast<std::size_t>(rows));
+          for (std::int64_t r = 0; r < rows; ++r) all[r] = r;
+          for (std::int64_t h = 0; h < heads; ++h) {
+            const auto ref = test::reference_attention(queries.data() + h * head_dim, head_dim,
+                                                       keys_f, values_f, stride, all, 1.0);
+            if (rows == 0) {
+              REQUIRE(sum[h] == 0.0f);
+              REQUIRE(std::isinf(max[h]));
+              continue;
+            }
+            std::vector<float> out(static_cast<std::size_t>(head_dim));
+            for (std::int64_t i = 0; i < head_dim; ++i) out[i] = acc[h * head_dim + i] / sum[h];
+            REQUIRE(test::max_relative_error(out.data(), ref.out) < 2e-5);
+            REQUIRE(std::abs(max[h] + std::log(sum[h]) - ref.lse) < 2e-5 * (1.0 + std::abs(ref.lse)));
+          }
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,239 @@
+// Selectors and block summaries against independent double-precision computations.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "amc/amc.hpp"
+#include "test_cache.hpp"
+
+using namespace amc;
+
+namespace {
+
+// c <q, k_j> in double over the stored keys.
+std::vector<double> true_scores(const test::TestCache<float>& cache, const std::vector<float>& q, double scale) {
+  std::vector<double> s(static_cast<std::size_t>(cache.positions));
+  for (std::int64_t p = 0; p < cache.positions; ++p) {
+    double dot = 0.0;
+    for (std::int64_t i = 0; i < cache.head_dim; ++i) dot += static_cast<double>(q[i]) * cache.keys_f[p * cache.stride + i];
+    s[p] = scale * dot;
+  }
+  return s;
+}
+
+// Independent top-k: sort candidate blocks by (score desc, index asc).
+std::vector<std::int64_t> expected_top_k(const std::vector<double>& block_scores, std::int64_t first,
+                                         std::int64_t last, std::int64_t k) {
+  std::vector<std::int64_t> blocks;
+  for (std::int64_t b = first; b < last; ++b) blocks.push_back(b);
+  std::stable_sort(blocks.begin(), blocks.end(),
+                   [&](std::int64_t a, std::int64_t b) { return block_scores[a] > block_scores[b]; });
+  blocks.resize(static_cast<std::size_t>(std::min<std::int64_t>(k, static_cast<std::int64_t>(blocks.size()))));
+  std::sort(blocks.begin(), blocks.end());
+  return blocks;
+}
+
+std::vector<std::int64_t> selected(const BlockSparseDecode<>& op, std::int64_t head) {
+  return {op.selected_blocks(head).begin(), op.selected_blocks(head).end()};
+}
+
+// Runs a one-head sparse decode with `rule` and returns the selected blocks.
+std::vector<std::int64_t> select_with(ScoreRule rule, const test::TestCache<float>& cache,
+                                      const BlockSummaries& summaries, const std::vector<float>& q,
+                                      SparseConfig config) {
+  config.score = rule;
+  BlockSparseDecode<> op(config);
+  RowMatrix out(1, cache.head_dim);
+  std::vector<HeadResult> results(1);
+  op.decode(Eigen::Map<const RowMatrix>(q.data(), 1, cache.head_dim),
+            KvHead<KvView<float>>{cache.view(), &summaries}, out, results);
+  return selected(op, 0);
+}
+
+}  // namespace
+
+TEST_CASE("mean-pooled selection is the top-k of mean scores, ties to the lower index", "[selectors]") {
+  for (int trial = 0; trial < 40; ++trial) {
+    const std::int64_t n = 200 + 37 * trial;
+    const test::TestCache<float> cache(n, 32);
+    SparseConfig config;
+    config.block_size = 8 + trial % 3 * 8;
+    config.top_k = 1 + trial % 7;
+    config.sinks = trial % 4;
+    config.window = 16 * (trial % 3);
+    const auto summaries = BlockSummaries::build(cache.view(), config.block_size);
+    const auto q = test::random_floats(32);
+    const double scale = 1.0 / std::sqrt(32.0);
+    const auto s = true_scores(cache, q, scale);
+    // shat_b: the mean of the block's scores (linearity of the mean key), in double.
+    std::vector<double> shat(static_cast<std::size_t>(summaries.blocks()));
+    for (std::int64_t b = 0; b < summaries.blocks(); ++b) {
+      const std::int64_t lo = b * config.block_size, hi = std::min(n, lo + config.block_size);
+      shat[b] = std::accumulate(s.begin() + lo, s.begin() + hi, 0.0) / static_cast<double>(hi - lo);
+    }
+    const auto c = candidate_blocks(n, config);
+    const auto want = expected_top_k(shat, c.first, c.last, config.top_k);
+    const auto got = select_with(ScoreRule::mean_pooled, cache, summaries, q, config);
+    CAPTURE(trial, n, config.block_size, config.top_k);
+    if (got != want) {
+      // Only a near-tie (f32 rounding) may swap blocks: the k-th best score is shared.
+      double kth = INFINITY;
+      for (auto b : want) kth = std::min(kth, shat[b]);
+      for (auto b : got) REQUIRE(shat[b] >= kth - 1e-5);
+    }
+  }
+
+  // Exact ties: every block has the same keys, so every mean score is equal: the lowest indices win.
+  test::TestCache<float> flat(160, 8);
+  for (std::int64_t p = 0; p < 160; ++p)
+    for (std::int64_t i = 0; i < 8; ++i) flat.keys_f[p * flat.stride + i] = flat.keys[p * flat.stride + i] = 0.5f;
+  SparseConfig config;
+  config.block_size = 16;
+  config.top_k = 3;
+  config.sinks = 0;
+  config.window = 0;
+  const auto summaries = BlockSummaries::build(flat.view(), 16);
+  const auto q = test::random_floats(8);
+  REQUIRE(select_with(ScoreRule::mean_pooled, flat, summaries, q, config) == std::vector<std::int64_t>{0, 1, 2});
+  config.sinks = 17;  // block 0 entirely kept, block 1 partly: block 1 stays a candidate
+  REQUIRE(select_with(ScoreRule::mean_pooled, flat, summaries, q, config) == std::vector<std::int64_t>{1, 2, 3});
+}
+
+TEST_CASE("channel bound is never below the true block max score", "[selectors]") {
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::int64_t n = 50 + trial * 7;
+    const test::TestCache<float> cache(n, 16, 16, trial % 2 ? 1.0f : 30.0f);
+    const std::int64_t block_size = 1 + trial % 20;
+    const auto summaries = BlockSummaries::build(cache.view(), block_size, {.channel_bounds = true});
+    auto q = test::random_floats(16, trial % 3 == 0 ? 10.0f : 1.0f);
+    const float scale = 0.25f;
+    std::vector<float> scaled(q);
+    for (float& x : scaled) x *= scale;
+    SparseConfig config;
+    config.block_size = block_size;
+    config.sinks = 0;
+    config.window = 0;
+    const auto c = candidate_blocks(n, config);
+    std::vector<float> scores(static_cast<std::size_t>(summaries.blocks()));
+    ChannelBoundSelector{}.score_blocks(BlockScoringInput{scaled, summaries, c}, cache.view(), scores);
+    const auto s = true_scores(cache, q, scale);
+    for (std::int64_t b = 0; b < summaries.blocks(); ++b) {
+      const std::int64_t lo = b * block_size, hi = std::min(n, lo + block_size);
+      const double max = *std::max_element(s.begin() + lo, s.begin() + hi);
+      // The bound is exact arithmetic on f32 inputs: allow only f32 rounding of its own sum.
+      REQUIRE(scores[b] >= max - 1e-5 * (1.0 + std::abs(max)));
+    }
+  }
+}
+
+TEST_CASE("oracle picks the blocks of largest true mass outside sinks and window", "[selectors]") {
+  for (int trial = 0; trial < 40; ++trial) {
+    const std::int64_t n = 300 + 11 * trial;
+    const test::TestCache<float> cache(n, 16, 16, 3.0f);
+    SparseConfig config;
+    config.block_size = 16;
+    config.top_k = 1 + trial % 5;
+    config.sinks = 5;
+    config.window = 40;
+    const auto summaries = BlockSummaries::build(cache.view(), 16);
+    const auto q = test::random_floats(16);
+    const auto s = true_scores(cache, q, 0.25);
+    const auto c = candidate_blocks(n, config);
+    std::vector<double> mass(static_cast<std::size_t>(summaries.blocks()), 0.0);
+    for (std::int64_t p = c.kept_prefix; p < c.kept_suffix_begin; ++p) mass[p / 16] += std::exp(s[p]);
+    const auto want = expected_top_k(mass, c.first, c.last, config.top_k);
+    config.scale = 0.25f;
+    const auto got = select_with(ScoreRule::oracle, cache, summaries, q, config);
+    if (got != want) {
+      double kth = INFINITY;
+      for (auto b : want) kth = std::min(kth, mass[b]);
+      for (auto b : got) REQUIRE(mass[b] >= kth * (1.0 - 1e-5));
+    }
+  }
+}
+
+TEST_CASE("per-group scope combines softmax-normalised head scores", "[selectors]") {
+  // Two heads, four candidate blocks. Head 0 strongly wants block 3; head 1 mildly prefers 1 and 2.
+  const std::vector<float> scores = {0.0f, 0.0f, 0.0f, 10.0f,   // head 0
+                                     0.0f, 1.0f, 1.0f, 0.0f};   // head 1
+  const CandidateBlocks c{0, 4, 0, 64};
+  std::vector<float> combined(4);
+  combine_group_scores(scores, 2, 4, c, GroupCombine::sum, combined);
+  double p0[4], p1[4], z0 = 3 + std::exp(10.0), z1 = 2 + 2 * std::exp(1.0);
+  for (int b = 0; b < 4; ++b) {
+    p0[b] = std::exp(static_cast<double>(scores[b])) / z0;
+    p1[b] = std::exp(static_cast<double>(scores[4 + b])) / z1;
+    REQUIRE(combined[b] == Approx(p0[b] + p1[b]).epsilon(1e-6));
+  }
+  std::vector<std::int64_t> top;
+  select_top_k(combined, c, 1, top);
+  REQUIRE(top == std::vector<std::int64_t>{3});
+  combine_group_scores(scores, 2, 4, c, GroupCombine::max, combined);
+  for (int b = 0; b < 4; ++b) REQUIRE(combined[b] == Approx(std::max(p0[b], p1[b])).epsilon(1e-6));
+}
+
+TEST_CASE("top-k ranks NaN last and keeps indices sorted", "[selectors]") {
+  const std::vector<float> scores = {std::nanf(""), 1.0f, 3.0f, 3.0f, -INFINITY, 2.0f};
+  std::vector<std::int64_t> top;
+  select_top_k(scores, CandidateBlocks{0, 6, 0, 0}, 3, top);
+  REQUIRE(top == std::vector<std::int64_t>{2, 3, 5});
+  select_top_k(scores, CandidateBlocks{1, 4, 0, 0}, 10, top);  // k beyond candidates: all of them
+  REQUIRE(top == std::vector<std::int64_t>{1, 2, 3});
+  select_top_k(scores, CandidateBlocks{0, 6, 0, 0}, 0, top);
+  REQUIRE(top.empty());
+}
+
+TEMPLATE_TEST_CASE("block summaries: incremental appends equal a rebuild and a reference", "[summaries]",
+                   float, amc::bf16, amc::f16) {
+  using T = TestType;
+  for (std::int64_t block_size : {1, 5, 16}) {
+    const std::int64_t n = 123, d = 12;
+    const test::TestCache<T> cache(n, d);
+    const SummaryOptions all{.channel_bounds = true, .value_norms = true};
+    BlockSummaries incremental(block_size, d, all);
+    for (std::int64_t p = 0; p < n; ++p) {
+      incremental.append(std::span(cache.keys.data() + p * cache.stride, d),
+                         std::span(cache.values.data() + p * cache.stride, d));
+      REQUIRE(incremental.positions() == p + 1);
+      REQUIRE(incremental.blocks() == p / block_size + 1);
+    }
+    const auto rebuilt = BlockSummaries::build(cache.paged(), block_size, all);
+    REQUIRE(rebuilt.blocks() == (n + block_size - 1) / block_size);
+    for (std::int64_t b = 0; b < rebuilt.blocks(); ++b) {
+      const std::int64_t lo = b * block_size, hi = std::min(n, lo + block_size);
+      double vmax = 0.0;
+      for (std::int64_t p = lo; p < hi; ++p) {
+        double sq = 0.0;
+        for (std::int64_t i = 0; i < d; ++i) sq += std::pow(static_cast<double>(cache.values_f[p * cache.stride + i]), 2);
+        vmax = std::max(vmax, std::sqrt(sq));
+      }
+      REQUIRE(rebuilt.value_norm_max()[b] >= vmax);
+      REQUIRE(rebuilt.value_norm_max()[b] <= vmax * (1 + 1e-6));
+      REQUIRE(incremental.value_norm_max()[b] == rebuilt.value_norm_max()[b]);
+      for (std::int64_t i = 0; i < d; ++i) {
+        double sum = 0.0, lo_k = INFINITY, hi_k = -INFINITY;
+        for (std::int64_t p = lo; p < hi; ++p) {
+          const double k = cache.keys_f[p * cache.stride + i];
+          sum += k;
+          lo_k = std::min(lo_k, k);
+          hi_k = std::max(hi_k, k);
+        }
+        const double mean = sum / static_cast<double>(hi - lo);
+        REQUIRE(std::abs(rebuilt.mean_keys()(b, i) - mean) <= 1e-7 * (1.0 + std::abs(mean)));
+        REQUIRE(incremental.mean_keys()(b, i) == rebuilt.mean_keys()(b, i));
+        REQUIRE(rebuilt.channel_min()(b, i) == lo_k);
+        REQUIRE(rebuilt.channel_max()(b, i) == hi_k);
+      }
+    }
+  }
+}
+
+TEST_CASE("block summary memory is 1/B of the keys in f32 for means only", "[summaries]") {
+  const test::TestCache<bf16> cache(4096, 64);
+  const auto means = BlockSummaries::build(cache.view(), 32);
+  // 128 blocks x 64 channels x 4 bytes, plus the open block's f64 running sum (64 x 8).
+  REQUIRE(means.memory_bytes() == 128 * 64 * 4 + 64 * 8);
+  const auto full = BlockSummaries::build(cache.view(), 32, {.channel_bounds = true, .value_norms = true});
+  REQUIRE(full.memory_bytes() == 3 * 128 * 64 * 4 + 128 * 4 + 64 * 8);
+}
