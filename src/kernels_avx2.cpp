@@ -5,7 +5,7 @@
 namespace amc::kernels {
 namespace {
 
-struct Avx2Ops : SimdOps<xsimd::fma3<xsimd::avx2>> {
+struct Avx2Ops : BlockedOps<xsimd::fma3<xsimd::avx2>> {
   static constexpr std::string_view name = "avx2";
 };
 

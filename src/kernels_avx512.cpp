@@ -5,7 +5,7 @@
 namespace amc::kernels {
 namespace {
 
-struct Avx512Ops : SimdOps<xsimd::avx512bw> {
+struct Avx512Ops : BlockedOps<xsimd::avx512bw> {
   static constexpr std::string_view name = "avx512";
 };
 

@@ -118,8 +118,17 @@ KernelTable make_table() {
     table.dot[i] = &dot_entry<Ops, T>;
     table.axpy[i] = &axpy_entry<Ops, T>;
     table.load[i] = &load_entry<Ops, T>;
-    table.attend[i] = &attend_entry<Ops, T>;
-    table.score_rows[i] = &score_rows_entry<Ops, T>;
+    // An instruction set may bring its own blocked versions of the fused kernels.
+    if constexpr (requires { Ops::template attend<T>(AttendArgs{}); }) {
+      table.attend[i] = &Ops::template attend<T>;
+    } else {
+      table.attend[i] = &attend_entry<Ops, T>;
+    }
+    if constexpr (requires { &Ops::template score_rows<T>; }) {
+      table.score_rows[i] = &Ops::template score_rows<T>;
+    } else {
+      table.score_rows[i] = &score_rows_entry<Ops, T>;
+    }
   };
   fill.template operator()<float>();
   fill.template operator()<bf16>();

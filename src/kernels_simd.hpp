@@ -152,3 +152,199 @@ struct SimdOps {
 
 }  // namespace
 }  // namespace amc::kernels
+
+namespace amc::kernels {
+namespace {
+
+/// Lane r of the result is the sum of the lanes of rows[r], for W rows at once.
+/// xsimd::haddp does this, but xsimd 8.1's AVX-512 version returns the sums permuted
+/// (0 1 4 5 2 3 6 7 ...), so the 16-lane case is written out: fold 256-bit halves, then 128-bit
+/// quarters, then within 128-bit lanes, and finally undo the 4 x 4 transpose that leaves.
+template <class Arch>
+inline FloatBatch<Arch> transpose_sum(const FloatBatch<Arch>* rows) {
+  if constexpr (FloatBatch<Arch>::size == 16) {
+    __m512 halves[8];
+    for (int i = 0; i < 8; ++i) {
+      const __m512 a = rows[2 * i], b = rows[2 * i + 1];
+      halves[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    __m512 quarters[4];  // 128-bit lane k of quarters[j] holds 4 partial sums of row 4j + k
+    for (int j = 0; j < 4; ++j) {
+      const __m512 a = halves[2 * j], b = halves[2 * j + 1];
+      quarters[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    const __m512 pairs01 =
+        _mm512_add_ps(_mm512_shuffle_ps(quarters[0], quarters[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                      _mm512_shuffle_ps(quarters[0], quarters[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 pairs23 =
+        _mm512_add_ps(_mm512_shuffle_ps(quarters[2], quarters[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                      _mm512_shuffle_ps(quarters[2], quarters[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    // Element 4k + j now holds the sum of row 4j + k.
+    const __m512 sums =
+        _mm512_add_ps(_mm512_shuffle_ps(pairs01, pairs23, _MM_SHUFFLE(2, 0, 2, 0)),
+                      _mm512_shuffle_ps(pairs01, pairs23, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(order, sums);
+  } else {
+    return xsimd::haddp(rows);
+  }
+}
+
+/// Register-blocked fused kernels for head_dim a multiple of the vector width (64 and 128 in
+/// practice); other widths take the generic path of kernels_generic.hpp.
+///
+/// Scores: W rows at a time (W = lanes), one accumulator per row, reduced together by a
+/// transposing horizontal add (xsimd::haddp): one reduction per W scores instead of W.
+/// Values: the accumulators of up to kHeadGroup heads over a slab of 2W channels stay in
+/// registers while the chunk's rows stream past, one broadcast and two FMAs per head and row.
+template <class Arch>
+struct BlockedOps : SimdOps<Arch> {
+  using Base = SimdOps<Arch>;
+  using Batch = typename Base::Batch;
+  static constexpr std::int64_t W = Base::W;
+  static constexpr std::int64_t kHeadGroup = 8;
+
+  /// out[h * out_stride + r] = <q_h, row_r>; rows of storage type T.
+  template <KvStorage T>
+  static void score_rows(const float* queries, std::int64_t heads, std::int64_t head_dim,
+                         const void* rows_ptr, std::ptrdiff_t row_stride, std::int64_t count,
+                         float* out, std::ptrdiff_t out_stride) {
+    const T* rows = static_cast<const T*>(rows_ptr);
+    if (head_dim % W != 0) {
+      score_rows_entry<Base, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
+      return;
+    }
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const float* q = queries + h * head_dim;
+      float* scores = out + h * out_stride;
+      std::int64_t r0 = 0;
+      for (; r0 + W <= count; r0 += W) {
+        Batch acc[W];
+#pragma GCC unroll 16
+        for (std::int64_t r = 0; r < W; ++r) acc[r] = Batch(0.0f);
+        for (std::int64_t i = 0; i < head_dim; i += W) {
+          const Batch qi = Batch::load_unaligned(q + i);
+#pragma GCC unroll 16
+          for (std::int64_t r = 0; r < W; ++r) {
+            acc[r] = xsimd::fma(qi, load_f32<Arch>(rows + (r0 + r) * row_stride + i), acc[r]);
+          }
+        }
+        transpose_sum<Arch>(acc).store_unaligned(scores + r0);
+      }
+      for (; r0 < count; ++r0) scores[r0] = Base::template dot<T>(q, rows + r0 * row_stride, head_dim);
+    }
+  }
+
+  template <int kHeads>
+  static void accumulate_values(const float* weights, const float* values, std::ptrdiff_t stride,
+                                std::int64_t rows, std::int64_t head_dim, float* accumulator) {
+    std::int64_t c = 0;
+    for (; c + 2 * W <= head_dim; c += 2 * W) {
+      Batch lo[kHeads], hi[kHeads];
+#pragma GCC unroll 8
+      for (int h = 0; h < kHeads; ++h) {
+        lo[h] = Batch::load_unaligned(accumulator + h * head_dim + c);
+        hi[h] = Batch::load_unaligned(accumulator + h * head_dim + c + W);
+      }
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const Batch v0 = Batch::load_unaligned(values + r * stride + c);
+        const Batch v1 = Batch::load_unaligned(values + r * stride + c + W);
+#pragma GCC unroll 8
+        for (int h = 0; h < kHeads; ++h) {
+          const Batch p(weights[h * kAttendChunk + r]);
+          lo[h] = xsimd::fma(p, v0, lo[h]);
+          hi[h] = xsimd::fma(p, v1, hi[h]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int h = 0; h < kHeads; ++h) {
+        lo[h].store_unaligned(accumulator + h * head_dim + c);
+        hi[h].store_unaligned(accumulator + h * head_dim + c + W);
+      }
+    }
+    for (; c < head_dim; c += W) {  // one last slab of W channels
+      Batch acc[kHeads];
+#pragma GCC unroll 8
+      for (int h = 0; h < kHeads; ++h) acc[h] = Batch::load_unaligned(accumulator + h * head_dim + c);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const Batch v = Batch::load_unaligned(values + r * stride + c);
+#pragma GCC unroll 8
+        for (int h = 0; h < kHeads; ++h) acc[h] = xsimd::fma(Batch(weights[h * kAttendChunk + r]), v, acc[h]);
+      }
+#pragma GCC unroll 8
+      for (int h = 0; h < kHeads; ++h) acc[h].store_unaligned(accumulator + h * head_dim + c);
+    }
+  }
+
+  static void accumulate_values_any(std::int64_t heads, const float* weights, const float* values,
+                                    std::ptrdiff_t stride, std::int64_t rows, std::int64_t head_dim,
+                                    float* accumulator) {
+    for (std::int64_t h0 = 0; h0 < heads; h0 += kHeadGroup) {
+      const float* w = weights + h0 * kAttendChunk;
+      float* acc = accumulator + h0 * head_dim;
+      switch (std::min(kHeadGroup, heads - h0)) {
+        case 1: accumulate_values<1>(w, values, stride, rows, head_dim, acc); break;
+        case 2: accumulate_values<2>(w, values, stride, rows, head_dim, acc); break;
+        case 3: accumulate_values<3>(w, values, stride, rows, head_dim, acc); break;
+        case 4: accumulate_values<4>(w, values, stride, rows, head_dim, acc); break;
+        case 5: accumulate_values<5>(w, values, stride, rows, head_dim, acc); break;
+        case 6: accumulate_values<6>(w, values, stride, rows, head_dim, acc); break;
+        case 7: accumulate_values<7>(w, values, stride, rows, head_dim, acc); break;
+        default: accumulate_values<8>(w, values, stride, rows, head_dim, acc); break;
+      }
+    }
+  }
+
+  template <KvStorage T>
+  static void attend(const AttendArgs& a) {
+    if (a.head_dim % W != 0) {
+      attend_entry<Base, T>(a);
+      return;
+    }
+    const T* keys = static_cast<const T*>(a.keys);
+    const T* values = static_cast<const T*>(a.values);
+    float* scores = a.scratch;                            // [heads, kAttendChunk]
+    float* converted = a.scratch + a.heads * kAttendChunk;  // [kAttendChunk, head_dim]
+    for (std::int64_t first = 0; first < a.rows; first += kAttendChunk) {
+      const std::int64_t rows = std::min(kAttendChunk, a.rows - first);
+      const T* chunk_keys = keys + first * a.key_stride;
+      const T* chunk_values = values + first * a.value_stride;
+      // Narrow storage is widened once per chunk, not once per head.
+      if constexpr (std::same_as<T, float>) {
+        score_rows<float>(a.queries, a.heads, a.head_dim, chunk_keys, a.key_stride, rows, scores,
+                          kAttendChunk);
+      } else {
+        for (std::int64_t r = 0; r < rows; ++r)
+          Base::template load<T>(chunk_keys + r * a.key_stride, converted + r * a.head_dim, a.head_dim);
+        score_rows<float>(a.queries, a.heads, a.head_dim, converted, a.head_dim, rows, scores,
+                          kAttendChunk);
+      }
+      for (std::int64_t h = 0; h < a.heads; ++h) {
+        float* head_scores = scores + h * kAttendChunk;
+        const float old_max = a.running_max[h];
+        const float new_max = std::max(old_max, Base::max(head_scores, rows));
+        const float chunk_sum = Base::exp_sum(head_scores, rows, new_max);
+        if (new_max > old_max && a.running_sum[h] != 0.0f) {
+          const float rescale = std::exp(old_max - new_max);
+          a.running_sum[h] *= rescale;
+          Base::scale(a.accumulator + h * a.head_dim, rescale, a.head_dim);
+        }
+        a.running_sum[h] += chunk_sum;
+        a.running_max[h] = new_max;
+      }
+      if constexpr (std::same_as<T, float>) {
+        accumulate_values_any(a.heads, scores, chunk_values, a.value_stride, rows, a.head_dim,
+                              a.accumulator);
+      } else {
+        for (std::int64_t r = 0; r < rows; ++r)
+          Base::template load<T>(chunk_values + r * a.value_stride, converted + r * a.head_dim, a.head_dim);
+        accumulate_values_any(a.heads, scores, converted, a.head_dim, rows, a.head_dim, a.accumulator);
+      }
+    }
+  }
+};
+
+}  // namespace
+}  // namespace amc::kernels

@@ -5,7 +5,7 @@
 namespace amc::kernels {
 namespace {
 
-struct Sse2Ops : SimdOps<xsimd::sse2> {
+struct Sse2Ops : BlockedOps<xsimd::sse2> {
   static constexpr std::string_view name = "sse2";
 };
 

@@ -18,9 +18,11 @@ namespace amc::kernels {
 /// Rows per chunk of the fused attention kernel: scores of a chunk are kept in scratch.
 inline constexpr std::int64_t kAttendChunk = 64;
 
-/// Floats of scratch that `attend` needs for `heads` query heads of width `head_dim`.
+/// Floats of scratch that `attend` needs for `heads` query heads of width `head_dim`: the
+/// chunk's scores [heads, kAttendChunk] and one chunk of rows converted to f32
+/// [kAttendChunk, head_dim] (16 KiB at head_dim 64, so it stays in L1).
 constexpr std::int64_t attend_scratch_floats(std::int64_t heads, std::int64_t head_dim) {
-  return heads * kAttendChunk + head_dim;
+  return heads * kAttendChunk + kAttendChunk * head_dim;
 }
 
 /// One run of rows for the fused online-softmax attention kernel.

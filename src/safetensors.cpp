@@ -1,0 +1,821 @@
+// safetensors reader and writer. nlohmann::json stays in this translation unit so that the
+// public header (and amc's installed package) does not depend on it.
+#include "amc/io/safetensors.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <system_error>
+#include <tuple>
+#include <utility>
+
+#include "amc/error.hpp"
+
+namespace amc {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::array<std::pair<std::string_view, Dtype>, 15> dtype_names{{
+    {"BOOL", Dtype::BOOL},
+    {"U8", Dtype::U8},
+    {"I8", Dtype::I8},
+    {"F8_E5M2", Dtype::F8_E5M2},
+    {"F8_E4M3", Dtype::F8_E4M3},
+    {"I16", Dtype::I16},
+    {"U16", Dtype::U16},
+    {"F16", Dtype::F16},
+    {"BF16", Dtype::BF16},
+    {"I32", Dtype::I32},
+    {"U32", Dtype::U32},
+    {"F32", Dtype::F32},
+    {"F64", Dtype::F64},
+    {"I64", Dtype::I64},
+    {"U64", Dtype::U64},
+}};
+
+/// The C++ type that data<T>() accepts for `dtype`, for error messages that say what to call.
+std::string_view view_type_for(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::F32:
+      return "data<float>()";
+    case Dtype::F64:
+      return "data<double>()";
+    case Dtype::BF16:
+      return "data<amc::bf16>()";
+    case Dtype::F16:
+      return "data<amc::f16>()";
+    case Dtype::I8:
+      return "data<std::int8_t>()";
+    case Dtype::U8:
+      return "data<std::uint8_t>()";
+    case Dtype::I16:
+      return "data<std::int16_t>()";
+    case Dtype::U16:
+      return "data<std::uint16_t>()";
+    case Dtype::I32:
+      return "data<std::int32_t>()";
+    case Dtype::U32:
+      return "data<std::uint32_t>()";
+    case Dtype::I64:
+      return "data<std::int64_t>()";
+    case Dtype::U64:
+      return "data<std::uint64_t>()";
+    case Dtype::BOOL:
+    case Dtype::F8_E5M2:
+    case Dtype::F8_E4M3:
+      break;
+  }
+  return "bytes()";
+}
+
+bool converts_to_f32(Dtype dtype) {
+  return dtype == Dtype::F32 || dtype == Dtype::BF16 || dtype == Dtype::F16;
+}
+
+std::string shape_string(std::span<const std::int64_t> shape) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+/// A JSON value for an error message, cut short. Hand-rolled rather than json::dump() because
+/// dump recurses without limit and a hostile header may nest arrays millions deep.
+void append_brief(std::string& out, const json& value, int depth) {
+  constexpr std::size_t limit = 60;
+  if (out.size() > limit) return;
+  if (value.is_array() || value.is_object()) {
+    const bool array = value.is_array();
+    if (depth >= 4) {
+      out += array ? "[...]" : "{...}";
+      return;
+    }
+    out += array ? '[' : '{';
+    bool first = true;
+    for (auto item = value.begin(); item != value.end() && out.size() <= limit; ++item) {
+      if (!first) out += ',';
+      first = false;
+      if (!array)
+        out += json(item.key()).dump(-1, ' ', false, json::error_handler_t::replace) + ':';
+      append_brief(out, item.value(), depth + 1);
+    }
+    out += array ? ']' : '}';
+    return;
+  }
+  out += value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string brief(const json& value) {
+  constexpr std::size_t limit = 60;
+  std::string text;
+  append_brief(text, value, 0);
+  if (text.size() > limit) text = text.substr(0, limit) + "...";
+  return text;
+}
+
+/// nlohmann's message without its "[json.exception...] " tag, with bytes that are not printable
+/// ASCII (such as the ill-formed UTF-8 it quotes) escaped so that the message stays valid text.
+std::string printable(std::string_view message) {
+  if (message.starts_with("[json.exception.")) {
+    const std::size_t tag_end = message.find("] ");
+    if (tag_end != std::string_view::npos) message.remove_prefix(tag_end + 2);
+  }
+  std::string text;
+  for (const char c : message) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7F) {
+      text += c;
+    } else {
+      constexpr std::string_view hex = "0123456789abcdef";
+      text += "\\x";
+      text += hex[byte >> 4];
+      text += hex[byte & 0xF];
+    }
+  }
+  return text;
+}
+
+std::string errno_message(int error_number) {
+  return std::error_code(error_number, std::generic_category()).message();
+}
+
+/// Element count and byte count of a shape, or nullopt with `overflow` saying which product
+/// left 64 bits. A zero dimension makes the tensor empty whatever the other dimensions are.
+struct Extent {
+  std::uint64_t numel = 0;
+  std::uint64_t bytes = 0;
+};
+std::optional<Extent> extent_of(std::span<const std::int64_t> shape, Dtype dtype,
+                                std::string_view& overflow) {
+  Extent extent;
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return extent;
+  extent.numel = 1;
+  for (const std::int64_t dim : shape) {
+    if (__builtin_mul_overflow(extent.numel, static_cast<std::uint64_t>(dim), &extent.numel)) {
+      overflow = "element count";
+      return std::nullopt;
+    }
+  }
+  if (__builtin_mul_overflow(extent.numel, static_cast<std::uint64_t>(dtype_size(dtype)),
+                             &extent.bytes)) {
+    overflow = "byte count";
+    return std::nullopt;
+  }
+  return extent;
+}
+
+/// A non-negative JSON integer (nlohmann stores those as unsigned; floats such as 2.0 and
+/// negative numbers are refused).
+std::optional<std::uint64_t> as_unsigned(const json& value) {
+  if (value.is_number_unsigned()) return value.get<std::uint64_t>();
+  if (value.is_number_integer() && value.get<std::int64_t>() >= 0) {
+    return static_cast<std::uint64_t>(value.get<std::int64_t>());
+  }
+  return std::nullopt;
+}
+
+/// Formats every header error as "<where>: <source>: <what>".
+class HeaderErrors {
+ public:
+  HeaderErrors(const char* where, const std::string& source) : where_(where), source_(source) {}
+
+  template <class... Parts>
+  [[noreturn]] void fail(Parts&&... parts) const {
+    detail::throw_error(where_, source_, ": ", std::forward<Parts>(parts)...);
+  }
+
+ private:
+  const char* where_;
+  const std::string& source_;
+};
+
+/// Tracks the keys of every open JSON object while nlohmann parses, because nlohmann itself
+/// silently keeps the last of duplicate keys and a duplicate tensor name must be refused.
+class DuplicateKeyCheck {
+ public:
+  explicit DuplicateKeyCheck(const HeaderErrors& errors) : errors_(errors) {}
+
+  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        // The key just read names this object in its parent (empty at the top level).
+        open_.push_back(Level{{}, open_.empty() ? std::string() : last_key_});
+        break;
+      case json::parse_event_t::object_end:
+        if (!open_.empty()) open_.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        last_key_ = parsed.get<std::string>();
+        if (!open_.empty() && !open_.back().keys.insert(last_key_).second) report();
+        break;
+      }
+      default:
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Level {
+    std::set<std::string> keys;
+    std::string name;
+  };
+
+  [[noreturn]] void report() const {
+    if (open_.size() == 1) {
+      if (last_key_ == "__metadata__") errors_.fail("duplicate '__metadata__' entry in the header");
+      errors_.fail("duplicate tensor name (tensor '", last_key_, "')");
+    }
+    if (open_.size() == 2) {
+      errors_.fail("duplicate key '", last_key_, "' in entry '", open_.back().name, "'");
+    }
+    errors_.fail("duplicate key '", last_key_, "' in the header (inside '", open_.back().name,
+                 "')");
+  }
+
+  const HeaderErrors& errors_;
+  std::vector<Level> open_;
+  std::string last_key_;
+};
+
+// --- writer helpers -------------------------------------------------------------------------
+
+/// Validated layout of a file to write: the padded header text and the data buffer length.
+struct Layout {
+  std::string header;
+  std::uint64_t data_size = 0;
+};
+
+void check_utf8(const std::string& text, const char* where, std::string_view what) {
+  try {
+    static_cast<void>(json(text).dump());
+  } catch (const json::type_error&) {
+    detail::throw_error(where, what, " is not valid UTF-8");
+  }
+}
+
+Layout plan_layout(std::span<const TensorToWrite> tensors,
+                   const std::map<std::string, std::string>& metadata, const char* where) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    auto& entries = header["__metadata__"] = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : metadata) {
+      check_utf8(key, where, "metadata key '" + key + "'");
+      check_utf8(value, where, "metadata value for key '" + key + "'");
+      entries[key] = value;
+    }
+  }
+  std::set<std::string_view> names;
+  std::uint64_t offset = 0;
+  for (const TensorToWrite& tensor : tensors) {
+    AMC_CHECK(!tensor.name.empty(), where, "tensor name is empty");
+    AMC_CHECK(tensor.name != "__metadata__", where,
+              "tensor name '__metadata__' is reserved for the metadata entry");
+    AMC_CHECK(names.insert(tensor.name).second, where, "duplicate tensor name (tensor '",
+              tensor.name, "')");
+    check_utf8(tensor.name, where, "tensor name");
+    for (const std::int64_t dim : tensor.shape) {
+      AMC_CHECK(dim >= 0, where, "negative dimension ", dim, " in shape ",
+                shape_string(tensor.shape), " (tensor '", tensor.name, "')");
+    }
+    std::string_view overflow;
+    const std::optional<Extent> extent = extent_of(tensor.shape, tensor.dtype, overflow);
+    AMC_CHECK(extent.has_value(), where, "shape ", shape_string(tensor.shape), " of ",
+              to_string(tensor.dtype), " overflows the 64-bit ", overflow, " (tensor '",
+              tensor.name, "')");
+    AMC_CHECK(extent->bytes == tensor.bytes.size(), where, "tensor '", tensor.name, "' has ",
+              tensor.bytes.size(), " bytes but shape ", shape_string(tensor.shape), " of ",
+              to_string(tensor.dtype), " needs ", extent->bytes);
+    std::uint64_t end = 0;
+    AMC_CHECK(!__builtin_add_overflow(offset, extent->bytes, &end), where,
+              "total data size overflows 64 bits (tensor '", tensor.name, "')");
+    header[tensor.name] = {{"dtype", to_string(tensor.dtype)},
+                           {"shape", tensor.shape},
+                           {"data_offsets", {offset, end}}};
+    offset = end;
+  }
+  Layout layout;
+  layout.header = header.dump();
+  // Readers may reinterpret tensor bytes in place; padding the header with spaces (valid JSON
+  // whitespace) to a multiple of 8 makes the data buffer start 8-aligned in the file.
+  layout.header.append((8 - layout.header.size() % 8) % 8, ' ');
+  AMC_CHECK(layout.header.size() <= SafetensorsFile::max_header_size, where, "header of ",
+            layout.header.size(), " bytes exceeds the ", SafetensorsFile::max_header_size,
+            "-byte limit readers accept");
+  layout.data_size = offset;
+  return layout;
+}
+
+std::array<std::uint8_t, 8> length_prefix(std::uint64_t length) {
+  std::array<std::uint8_t, 8> prefix{};
+  std::memcpy(prefix.data(), &length, sizeof length);  // little-endian host (static_assert)
+  return prefix;
+}
+
+/// Owns the temporary file of write_safetensors: closes and deletes it unless committed.
+class TemporaryFile {
+ public:
+  TemporaryFile(const std::filesystem::path& target, const char* where) : where_(where) {
+    const std::filesystem::path directory =
+        target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+    static std::atomic<std::uint64_t> counter{0};
+    const auto stamp =
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    // O_EXCL with a name unique per process, call and time; retry the rare collision.
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      std::ostringstream name;
+      name << '.' << target.filename().string() << ".tmp-" << ::getpid() << '-'
+           << counter.fetch_add(1) << '-' << std::hex << (stamp + static_cast<unsigned>(attempt));
+      path_ = directory / name.str();
+      // 0666 so that the final file gets the caller's umask like any newly created file.
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (fd_ >= 0) return;
+      const int error_number = errno;
+      if (error_number != EEXIST) {
+        detail::throw_error(where_, target.string(), ": cannot create temporary file ",
+                            path_.string(), ": ", errno_message(error_number));
+      }
+    }
+    detail::throw_error(where_, target.string(), ": cannot find a free temporary file name in ",
+                        directory.string());
+  }
+  TemporaryFile(const TemporaryFile&) = delete;
+  TemporaryFile& operator=(const TemporaryFile&) = delete;
+  ~TemporaryFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(path_.c_str());
+  }
+
+  void write(std::span<const std::byte> bytes) {
+    while (!bytes.empty()) {
+      const ::ssize_t written = ::write(fd_, bytes.data(), bytes.size());
+      if (written < 0) {
+        const int error_number = errno;
+        if (error_number == EINTR) continue;
+        fail("write", error_number);
+      }
+      bytes = bytes.subspan(static_cast<std::size_t>(written));
+    }
+  }
+
+  /// Flushes to disk, closes and renames over `target`. After this the file is `target`.
+  void commit(const std::filesystem::path& target) {
+    if (::fsync(fd_) != 0) fail("fsync", errno);
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) fail("close", errno);
+    if (::rename(path_.c_str(), target.c_str()) != 0) {
+      const int error_number = errno;
+      detail::throw_error(where_, target.string(), ": cannot rename ", path_.string(),
+                          " over it: ", errno_message(error_number));
+    }
+    committed_ = true;
+    // Best effort: persist the rename itself; the data are already safe.
+    const std::filesystem::path directory =
+        target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+    const int directory_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (directory_fd >= 0) {
+      static_cast<void>(::fsync(directory_fd));
+      ::close(directory_fd);
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const char* operation, int error_number) const {
+    detail::throw_error(where_, path_.string(), ": ", operation,
+                        " failed: ", errno_message(error_number));
+  }
+
+  const char* where_;
+  std::filesystem::path path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+// --- dtypes ---------------------------------------------------------------------------------
+
+std::size_t dtype_size(Dtype dtype) noexcept {
+  switch (dtype) {
+    case Dtype::BOOL:
+    case Dtype::U8:
+    case Dtype::I8:
+    case Dtype::F8_E5M2:
+    case Dtype::F8_E4M3:
+      return 1;
+    case Dtype::I16:
+    case Dtype::U16:
+    case Dtype::F16:
+    case Dtype::BF16:
+      return 2;
+    case Dtype::I32:
+    case Dtype::U32:
+    case Dtype::F32:
+      return 4;
+    case Dtype::F64:
+    case Dtype::I64:
+    case Dtype::U64:
+      return 8;
+  }
+  return 0;
+}
+
+std::string_view to_string(Dtype dtype) noexcept {
+  for (const auto& [name, value] : dtype_names) {
+    if (value == dtype) return name;
+  }
+  return "?";
+}
+
+std::optional<Dtype> try_parse_dtype(std::string_view text) noexcept {
+  for (const auto& [name, value] : dtype_names) {
+    if (name == text) return value;
+  }
+  return std::nullopt;
+}
+
+Dtype parse_dtype(std::string_view text) {
+  const std::optional<Dtype> dtype = try_parse_dtype(text);
+  AMC_CHECK(dtype.has_value(), "amc::parse_dtype", "unknown dtype '", text,
+            "' (expected one of BOOL, U8, I8, F8_E5M2, F8_E4M3, I16, U16, F16, BF16, I32, U32, "
+            "F32, F64, I64, U64)");
+  return *dtype;
+}
+
+// --- SafetensorsFile ------------------------------------------------------------------------
+
+SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
+  constexpr const char* where = "amc::SafetensorsFile::open";
+  SafetensorsFile file;
+  file.source_ = path.string();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int error_number = errno;
+    detail::throw_error(where, file.source_, ": cannot open: ", errno_message(error_number));
+  }
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct ::stat status {};
+  if (::fstat(fd, &status) != 0) {
+    const int error_number = errno;
+    detail::throw_error(where, file.source_, ": cannot stat: ", errno_message(error_number));
+  }
+  AMC_CHECK(S_ISREG(status.st_mode), where, file.source_, ": not a regular file");
+  const auto size = static_cast<std::uint64_t>(status.st_size);
+  // mmap refuses length 0; an empty file is rejected by parse() as shorter than 8 bytes.
+  if (size > 0) {
+    void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (mapping == MAP_FAILED) {
+      const int error_number = errno;
+      detail::throw_error(where, file.source_, ": cannot map ", size,
+                          " bytes: ", errno_message(error_number));
+    }
+    file.mapping_ = mapping;
+    file.mapping_size_ = size;
+  }
+  file.size_ = size;
+  file.parse(where);  // on throw, ~SafetensorsFile unmaps
+  return file;
+}
+
+SafetensorsFile SafetensorsFile::from_bytes(std::vector<std::uint8_t> bytes,
+                                            std::string source_name) {
+  SafetensorsFile file;
+  file.source_ = std::move(source_name);
+  file.owned_ = std::move(bytes);
+  file.size_ = file.owned_.size();
+  file.parse("amc::SafetensorsFile::from_bytes");
+  return file;
+}
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
+    : source_(std::move(other.source_)),
+      mapping_(std::exchange(other.mapping_, nullptr)),
+      mapping_size_(std::exchange(other.mapping_size_, 0)),
+      owned_(std::move(other.owned_)),
+      size_(std::exchange(other.size_, 0)),
+      data_offset_(std::exchange(other.data_offset_, 0)),
+      tensors_(std::move(other.tensors_)),
+      index_(std::move(other.index_)),
+      metadata_(std::move(other.metadata_)) {
+  // Leave the source consistently empty rather than "moved-from unspecified".
+  other.release();
+}
+
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
+  if (this != &other) {
+    release();
+    source_ = std::move(other.source_);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+    mapping_size_ = std::exchange(other.mapping_size_, 0);
+    owned_ = std::move(other.owned_);
+    size_ = std::exchange(other.size_, 0);
+    data_offset_ = std::exchange(other.data_offset_, 0);
+    tensors_ = std::move(other.tensors_);
+    index_ = std::move(other.index_);
+    metadata_ = std::move(other.metadata_);
+    other.release();
+  }
+  return *this;
+}
+
+SafetensorsFile::~SafetensorsFile() { release(); }
+
+void SafetensorsFile::release() noexcept {
+  if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
+  mapping_ = nullptr;
+  mapping_size_ = 0;
+  owned_.clear();
+  owned_.shrink_to_fit();
+  size_ = 0;
+  data_offset_ = 0;
+  tensors_.clear();
+  index_.clear();
+  metadata_.clear();
+}
+
+const std::byte* SafetensorsFile::base() const noexcept {
+  if (mapping_ != nullptr) return static_cast<const std::byte*>(mapping_);
+  return reinterpret_cast<const std::byte*>(owned_.data());
+}
+
+void SafetensorsFile::parse(const char* where) {
+  const HeaderErrors errors(where, source_);
+  const std::byte* const image = base();
+
+  if (size_ < 8) {
+    errors.fail("file is ", size_, " bytes, shorter than the 8-byte header length (byte offset 0)");
+  }
+  std::uint64_t header_size = 0;
+  std::memcpy(&header_size, image, sizeof header_size);  // little-endian host (static_assert)
+  // The cap comes first so that a huge declared length is reported as such, not as truncation.
+  if (header_size > max_header_size) {
+    errors.fail("header length ", header_size, " exceeds the ", max_header_size,
+                "-byte limit (byte offset 0)");
+  }
+  if (header_size > size_ - 8) {
+    errors.fail("header length ", header_size, " runs past the end of the file (", size_ - 8,
+                " bytes after the 8-byte length, byte offset 0)");
+  }
+  data_offset_ = 8 + header_size;
+  const std::uint64_t buffer_size = size_ - data_offset_;
+
+  const char* const text = reinterpret_cast<const char*>(image + 8);
+  // nlohmann's lexer takes a NUL byte for the end of input and would silently ignore whatever
+  // follows it; JSON text cannot contain a raw NUL, so refuse it here.
+  if (const void* nul = std::memchr(text, 0, header_size); nul != nullptr) {
+    errors.fail("header is not valid UTF-8 JSON (byte offset ",
+                8 + static_cast<std::uint64_t>(static_cast<const char*>(nul) - text),
+                "): it contains a NUL byte");
+  }
+  json header;
+  try {
+    DuplicateKeyCheck duplicates(errors);
+    header = json::parse(text, text + header_size, std::ref(duplicates));
+  } catch (const json::parse_error& parse_error) {
+    // nlohmann counts bytes read (1-based); report the 0-based file offset of the bad byte.
+    const std::uint64_t offset = 8 + (parse_error.byte > 0 ? parse_error.byte - 1 : 0);
+    errors.fail("header is not valid UTF-8 JSON (byte offset ", offset,
+                "): ", printable(parse_error.what()));
+  } catch (const json::exception& json_error) {
+    errors.fail("header cannot be parsed (byte offset 8): ", printable(json_error.what()));
+  }
+  if (!header.is_object()) {
+    errors.fail("header is not a JSON object but ", header.type_name(), " (byte offset 8)");
+  }
+
+  for (auto entry = header.begin(); entry != header.end(); ++entry) {
+    const std::string& name = entry.key();
+    const json& value = entry.value();
+    if (name == "__metadata__") {
+      if (!value.is_object()) {
+        errors.fail("'__metadata__' is not an object of strings but ", value.type_name());
+      }
+      for (auto item = value.begin(); item != value.end(); ++item) {
+        if (!item.value().is_string()) {
+          errors.fail("'__metadata__' value for key '", item.key(), "' is not a string but ",
+                      brief(item.value()));
+        }
+        metadata_.emplace(item.key(), item.value().get<std::string>());
+      }
+      continue;
+    }
+
+    if (!value.is_object()) {
+      errors.fail("entry is not an object but ", brief(value), " (tensor '", name, "')");
+    }
+    TensorInfo info;
+    info.name = name;
+
+    const auto dtype = value.find("dtype");
+    if (dtype == value.end()) errors.fail("missing 'dtype' (tensor '", name, "')");
+    if (!dtype->is_string()) {
+      errors.fail("'dtype' is not a string but ", brief(*dtype), " (tensor '", name, "')");
+    }
+    const std::optional<Dtype> parsed_dtype = try_parse_dtype(dtype->get<std::string>());
+    if (!parsed_dtype) {
+      errors.fail("unknown dtype '", dtype->get<std::string>(), "' (tensor '", name, "')");
+    }
+    info.dtype = *parsed_dtype;
+
+    const auto shape = value.find("shape");
+    if (shape == value.end()) errors.fail("missing 'shape' (tensor '", name, "')");
+    if (!shape->is_array()) {
+      errors.fail("'shape' is not an array but ", brief(*shape), " (tensor '", name, "')");
+    }
+    for (const json& dim : *shape) {
+      const std::optional<std::uint64_t> extent = as_unsigned(dim);
+      if (!extent) {
+        errors.fail("'shape' ", brief(*shape), " has ", brief(dim),
+                    ", not a non-negative integer (tensor '", name, "')");
+      }
+      if (*extent > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+        errors.fail("'shape' dimension ", *extent, " exceeds the int64 range (tensor '", name,
+                    "')");
+      }
+      info.shape.push_back(static_cast<std::int64_t>(*extent));
+    }
+
+    const auto offsets = value.find("data_offsets");
+    if (offsets == value.end()) errors.fail("missing 'data_offsets' (tensor '", name, "')");
+    if (!offsets->is_array() || offsets->size() != 2) {
+      errors.fail("'data_offsets' is not an array of 2 integers but ", brief(*offsets),
+                  " (tensor '", name, "')");
+    }
+    const std::optional<std::uint64_t> begin = as_unsigned((*offsets)[0]);
+    const std::optional<std::uint64_t> end = as_unsigned((*offsets)[1]);
+    if (!begin || !end) {
+      errors.fail("'data_offsets' ", brief(*offsets),
+                  " are not both non-negative integers (tensor '", name, "')");
+    }
+    if (*begin > *end) {
+      errors.fail("'data_offsets' begin ", *begin, " is after end ", *end, " (tensor '", name,
+                  "')");
+    }
+    info.begin = *begin;
+    info.end = *end;
+
+    std::string_view overflow;
+    const std::optional<Extent> extent = extent_of(info.shape, info.dtype, overflow);
+    if (!extent) {
+      errors.fail("shape ", shape_string(info.shape), " of ", to_string(info.dtype),
+                  " overflows the 64-bit ", overflow, " (tensor '", name, "')");
+    }
+    if (info.byte_size() != extent->bytes) {
+      errors.fail("length mismatch: data_offsets [", info.begin, ", ", info.end, "] hold ",
+                  info.byte_size(), " bytes but shape ", shape_string(info.shape), " of ",
+                  to_string(info.dtype), " needs ", extent->bytes, " (tensor '", name, "')");
+    }
+    tensors_.push_back(std::move(info));
+  }
+
+  // Zero-size tensors share offsets with their neighbours; ordering by (begin, end) puts them
+  // before the tensor that starts there, and the name breaks remaining ties deterministically.
+  std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+  });
+  std::uint64_t covered = 0;  // every data byte before this belongs to exactly one tensor
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    const TensorInfo& info = tensors_[i];
+    if (info.begin > covered) {
+      if (i == 0) {
+        errors.fail("data does not start at offset 0: the first tensor begins at data byte ",
+                    info.begin, " (tensor '", info.name, "', data buffer at byte offset ",
+                    data_offset_, ")");
+      }
+      errors.fail("hole: data bytes [", covered, ", ", info.begin,
+                  ") belong to no tensor (between tensor '", tensors_[i - 1].name, "' and tensor '",
+                  info.name, "', byte offset ", data_offset_ + covered, ")");
+    }
+    if (info.begin < covered) {
+      errors.fail("overlap: data_offsets [", info.begin, ", ", info.end,
+                  "] overlap the preceding tensor '", tensors_[i - 1].name, "' which ends at ",
+                  covered, " (tensor '", info.name, "', byte offset ", data_offset_ + info.begin,
+                  ")");
+    }
+    if (info.end > buffer_size) {
+      errors.fail("data_offsets [", info.begin, ", ", info.end, "] run past the end of the ",
+                  buffer_size, "-byte data buffer, file truncated? (tensor '", info.name,
+                  "', byte offset ", data_offset_ + info.begin, ")");
+    }
+    covered = info.end;
+  }
+  if (covered != buffer_size) {
+    errors.fail("trailing data: the data buffer is ", buffer_size, " bytes but the tensors cover ",
+                covered, ", leaving ", buffer_size - covered,
+                " bytes after the last tensor (byte offset ", data_offset_ + covered, ")");
+  }
+
+  for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
+}
+
+const TensorInfo* SafetensorsFile::find(std::string_view name) const noexcept {
+  const auto found = index_.find(name);
+  return found == index_.end() ? nullptr : &tensors_[found->second];
+}
+
+const TensorInfo& SafetensorsFile::at(std::string_view name) const {
+  const TensorInfo* info = find(name);
+  AMC_CHECK(info != nullptr, "amc::SafetensorsFile::at", source_, ": no tensor named '", name,
+            "' among its ", tensors_.size(), " tensor", tensors_.size() == 1 ? "" : "s");
+  return *info;
+}
+
+std::span<const std::byte> SafetensorsFile::bytes(const TensorInfo& info) const noexcept {
+  return {base() + data_offset_ + info.begin, static_cast<std::size_t>(info.byte_size())};
+}
+
+void SafetensorsFile::check_view(const TensorInfo& info, Dtype requested, std::size_t alignment,
+                                 std::string_view requested_type) const {
+  constexpr const char* where = "amc::SafetensorsFile::data";
+  AMC_CHECK(info.dtype == requested, where, source_, ": tensor '", info.name, "' is stored as ",
+            to_string(info.dtype), " but ", requested_type, " (", to_string(requested),
+            ") was requested; use ", view_type_for(info.dtype),
+            converts_to_f32(info.dtype) ? " or to_f32()" : "");
+  if (info.byte_size() == 0) return;
+  const auto address = reinterpret_cast<std::uintptr_t>(base() + data_offset_ + info.begin);
+  AMC_CHECK(address % alignment == 0, where, source_, ": tensor '", info.name, "' (",
+            to_string(info.dtype), ") starts at byte offset ", data_offset_ + info.begin,
+            ", which is not aligned to ", alignment, " bytes for ", requested_type,
+            " in memory; use to_f32() or bytes(), which copy");
+}
+
+std::vector<float> SafetensorsFile::to_f32(std::string_view name) const {
+  std::vector<float> values(static_cast<std::size_t>(at(name).numel()));
+  to_f32(name, values);
+  return values;
+}
+
+void SafetensorsFile::to_f32(std::string_view name, std::span<float> out) const {
+  constexpr const char* where = "amc::SafetensorsFile::to_f32";
+  const TensorInfo& info = at(name);
+  AMC_CHECK(converts_to_f32(info.dtype), where, source_, ": tensor '", info.name, "' has dtype ",
+            to_string(info.dtype), "; to_f32 converts only F32, BF16 and F16 (use ",
+            view_type_for(info.dtype), ")");
+  AMC_CHECK(out.size() == info.numel(), where, source_, ": tensor '", info.name, "' has ",
+            info.numel(), " elements but the output holds ", out.size());
+  const std::span<const std::byte> raw = bytes(info);
+  if (raw.empty()) return;
+  // memcpy per element: the bytes may be misaligned for the element type.
+  if (info.dtype == Dtype::F32) {
+    std::memcpy(out.data(), raw.data(), raw.size());
+    return;
+  }
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    std::uint16_t bits = 0;
+    std::memcpy(&bits, raw.data() + 2 * i, sizeof bits);
+    out[i] = info.dtype == Dtype::BF16 ? to_float(bf16{bits}) : to_float(f16{bits});
+  }
+}
+
+// --- writer ---------------------------------------------------------------------------------
+
+std::vector<std::uint8_t> serialize_safetensors(
+    std::span<const TensorToWrite> tensors, const std::map<std::string, std::string>& metadata) {
+  const Layout layout = plan_layout(tensors, metadata, "amc::serialize_safetensors");
+  // Sized once, filled with memcpy (cheaper than growing, and GCC 12 at -O3 misreports
+  // vector::insert of these ranges as overflowing).
+  std::vector<std::uint8_t> image(8 + layout.header.size() +
+                                  static_cast<std::size_t>(layout.data_size));
+  const auto prefix = length_prefix(layout.header.size());
+  std::memcpy(image.data(), prefix.data(), prefix.size());
+  std::memcpy(image.data() + prefix.size(), layout.header.data(), layout.header.size());
+  std::size_t offset = prefix.size() + layout.header.size();
+  for (const TensorToWrite& tensor : tensors) {
+    if (tensor.bytes.empty()) continue;  // a zero-size span may hold a null pointer
+    std::memcpy(image.data() + offset, tensor.bytes.data(), tensor.bytes.size());
+    offset += tensor.bytes.size();
+  }
+  return image;
+}
+
+void write_safetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  constexpr const char* where = "amc::write_safetensors";
+  const Layout layout = plan_layout(tensors, metadata, where);  // throws before any file exists
+  TemporaryFile file(path, where);
+  const auto prefix = length_prefix(layout.header.size());
+  file.write(std::as_bytes(std::span(prefix)));
+  file.write(std::as_bytes(std::span(layout.header)));
+  for (const TensorToWrite& tensor : tensors) file.write(tensor.bytes);
+  file.commit(path);
+}
+
+}  // namespace amc
