@@ -140,7 +140,7 @@ TEST_CASE("operators reject mismatched inputs", "[errors]") {
   SparseConfig config;
   BlockSparseDecode<> sparse(config);  // block_size 16
   require_error([&] { sparse.decode(queries, KvHead<KvView<float>>{cache.view(), nullptr}, out, results); },
-                {"BlockSparseDecode::decode", "summaries is null"});
+                {"BlockSparseDecode::select", "summaries is null"});
   const auto other = BlockSummaries::build(cache.view(), 8);
   require_error([&] { sparse.decode(queries, KvHead<KvView<float>>{cache.view(), &other}, out, results); },
                 {"block_size 8", "config.block_size is 16"});

@@ -158,8 +158,8 @@ TEST_CASE("per-group scope combines softmax-normalised head scores", "[selectors
   const std::vector<float> scores = {0.0f, 0.0f, 0.0f, 10.0f,   // head 0
                                      0.0f, 1.0f, 1.0f, 0.0f};   // head 1
   const CandidateBlocks c{0, 4, 0, 64};
-  std::vector<float> combined(4);
-  combine_group_scores(scores, 2, 4, c, GroupCombine::sum, combined);
+  std::vector<float> combined(4), scratch;
+  combine_group_scores(scores, 2, 4, c, GroupCombine::sum, combined, scratch);
   double p0[4], p1[4], z0 = 3 + std::exp(10.0), z1 = 2 + 2 * std::exp(1.0);
   for (int b = 0; b < 4; ++b) {
     p0[b] = std::exp(static_cast<double>(scores[b])) / z0;
@@ -169,7 +169,7 @@ TEST_CASE("per-group scope combines softmax-normalised head scores", "[selectors
   std::vector<std::int64_t> top;
   select_top_k(combined, c, 1, top);
   REQUIRE(top == std::vector<std::int64_t>{3});
-  combine_group_scores(scores, 2, 4, c, GroupCombine::max, combined);
+  combine_group_scores(scores, 2, 4, c, GroupCombine::max, combined, scratch);
   for (int b = 0; b < 4; ++b) REQUIRE(combined[b] == Approx(std::max(p0[b], p1[b])).epsilon(1e-6));
 }
 

@@ -191,18 +191,20 @@ class BlockSparseDecode {
   /// [heads, blocks] selector scores of the last call (row h for query head h).
   std::span<const float> block_scores() const { return block_scores_; }
 
+  /// Selection alone: scores blocks, picks the top-k (per head or per group) and builds the
+  /// supports, readable afterwards through selected_blocks(), support() and block_scores().
+  /// decode() calls it; benchmarks and evaluation call it on its own.
   /// \param queries [heads, head_dim] f32
   /// \param head    the KV head; head.summaries must cover exactly head.kv's positions with
   ///                block_size == config().block_size
-  /// \param out     [heads, head_dim] f32
-  /// \param results [heads]
   template <KvViewLike View>
     requires BlockSelector<Selector, View>
-  void decode(const ConstMatrixRef& queries, const KvHead<View>& head, MatrixRef out,
-              std::span<HeadResult> results) {
-    constexpr const char* where = "amc::BlockSparseDecode::decode";
+  void select(const ConstMatrixRef& queries, const KvHead<View>& head) {
+    constexpr const char* where = "amc::BlockSparseDecode::select";
     const View& kv = head.kv;
-    detail::check_decode_shapes(where, queries, kv, out, results);
+    AMC_CHECK(queries.rows() > 0 && queries.cols() == kv.head_dim(), where, "queries are [",
+              queries.rows(), ", ", queries.cols(), "], expected [heads >= 1, head_dim ",
+              kv.head_dim(), "]");
     AMC_CHECK(head.summaries != nullptr, where,
               "head.summaries is null: block-sparse decode needs block summaries of the KV head");
     const BlockSummaries& summaries = *head.summaries;
@@ -221,36 +223,65 @@ class BlockSparseDecode {
 
     block_scores_.assign(static_cast<std::size_t>(heads * blocks),
                          -std::numeric_limits<float>::infinity());
-    for (std::int64_t h = 0; h < heads; ++h) {
-      const BlockScoringInput input{
-          std::span<const float>(workspace_.scaled_queries.data() + h * head_dim,
-                                 static_cast<std::size_t>(head_dim)),
-          summaries, candidates};
-      selector_.score_blocks(input, kv,
-                             std::span(block_scores_.data() + h * blocks, static_cast<std::size_t>(blocks)));
+    if constexpr (requires(const GroupScoringInput& in, std::span<float> out) {
+                    selector_.score_blocks_group(in, kv, out);
+                  }) {
+      selector_.score_blocks_group(
+          GroupScoringInput{workspace_.scaled_queries.data(), heads, summaries, candidates}, kv,
+          block_scores_);
+    } else {
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const BlockScoringInput input{
+            std::span<const float>(workspace_.scaled_queries.data() + h * head_dim,
+                                   static_cast<std::size_t>(head_dim)),
+            summaries, candidates};
+        selector_.score_blocks(input, kv, scores_of(h, blocks));
+      }
     }
 
     selected_.resize(static_cast<std::size_t>(heads));
     supports_.resize(static_cast<std::size_t>(heads));
+    const std::int64_t selections = config_.scope == SelectionScope::per_group ? 1 : heads;
     if (config_.scope == SelectionScope::per_group) {
-      combined_.assign(static_cast<std::size_t>(blocks), 0.0f);
-      combine_group_scores(block_scores_, heads, blocks, candidates, config_.combine, combined_);
+      combined_.resize(static_cast<std::size_t>(blocks));
+      combine_group_scores(block_scores_, heads, blocks, candidates, config_.combine, combined_,
+                           combine_scratch_);
       select_top_k(combined_, candidates, config_.top_k, selected_[0]);
-      build_support(kv.positions(), config_, selected_[0], supports_[0]);
-      detail::attend_support(kv, supports_[0].ranges(), 0, heads, workspace_);
-      for (std::int64_t h = 1; h < heads; ++h) {
-        selected_[static_cast<std::size_t>(h)] = selected_[0];
-        supports_[static_cast<std::size_t>(h)] = supports_[0];
-      }
     } else {
       for (std::int64_t h = 0; h < heads; ++h) {
-        auto& selected = selected_[static_cast<std::size_t>(h)];
-        auto& support = supports_[static_cast<std::size_t>(h)];
-        select_top_k(std::span<const float>(block_scores_).subspan(
-                         static_cast<std::size_t>(h * blocks), static_cast<std::size_t>(blocks)),
-                     candidates, config_.top_k, selected);
-        build_support(kv.positions(), config_, selected, support);
-        detail::attend_support(kv, support.ranges(), h, 1, workspace_);
+        select_top_k(scores_of(h, blocks), candidates, config_.top_k,
+                     selected_[static_cast<std::size_t>(h)]);
+      }
+    }
+    for (std::int64_t h = 0; h < selections; ++h) {
+      build_support(kv.positions(), config_, selected_[static_cast<std::size_t>(h)],
+                    supports_[static_cast<std::size_t>(h)]);
+    }
+    for (std::int64_t h = selections; h < heads; ++h) {  // per group: every head shares it
+      selected_[static_cast<std::size_t>(h)] = selected_[0];
+      supports_[static_cast<std::size_t>(h)] = supports_[0];
+    }
+  }
+
+  /// Selects (see select()) and attends each head over its support.
+  /// \param queries [heads, head_dim] f32
+  /// \param head    the KV head with its summaries
+  /// \param out     [heads, head_dim] f32
+  /// \param results [heads]
+  template <KvViewLike View>
+    requires BlockSelector<Selector, View>
+  void decode(const ConstMatrixRef& queries, const KvHead<View>& head, MatrixRef out,
+              std::span<HeadResult> results) {
+    detail::check_decode_shapes("amc::BlockSparseDecode::decode", queries, head.kv, out, results);
+    select(queries, head);
+    const std::int64_t heads = queries.rows();
+    if (config_.scope == SelectionScope::per_group) {
+      // One pass over the shared support: each selected block is read once for all heads.
+      detail::attend_support(head.kv, supports_[0].ranges(), 0, heads, workspace_);
+    } else {
+      for (std::int64_t h = 0; h < heads; ++h) {
+        detail::attend_support(head.kv, supports_[static_cast<std::size_t>(h)].ranges(), h, 1,
+                               workspace_);
       }
     }
     for (std::int64_t h = 0; h < heads; ++h) {
@@ -262,8 +293,14 @@ class BlockSparseDecode {
   SparseConfig config_;
   Selector selector_;
   detail::DecodeWorkspace workspace_;
-  std::vector<float> block_scores_;  // [heads, blocks]
-  std::vector<float> combined_;      // [blocks]
+  std::span<float> scores_of(std::int64_t head, std::int64_t blocks) {
+    return std::span(block_scores_).subspan(static_cast<std::size_t>(head * blocks),
+                                            static_cast<std::size_t>(blocks));
+  }
+
+  std::vector<float> block_scores_;     // [heads, blocks]
+  std::vector<float> combined_;         // [blocks]
+  std::vector<float> combine_scratch_;  // [candidate blocks]
   std::vector<std::vector<std::int64_t>> selected_;
   std::vector<Support> supports_;
 };

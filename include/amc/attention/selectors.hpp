@@ -54,6 +54,14 @@ struct BlockScoringInput {
   CandidateBlocks candidates;
 };
 
+/// What a selector that can score all heads of a group in one pass sees.
+struct GroupScoringInput {
+  const float* queries;  ///< [heads, head_dim], already multiplied by the attention scale c
+  std::int64_t heads;
+  const BlockSummaries& summaries;
+  CandidateBlocks candidates;
+};
+
 /// A block scoring rule: fills scores[b] for every candidate block b (scores has one slot per
 /// block of the summaries; slots outside the candidate range are ignored).
 template <class S, class View>
@@ -74,6 +82,18 @@ struct MeanPooledSelector {
     kernels::active().score_rows[kernels::index_of(StorageType::f32)](
         in.query.data(), 1, in.summaries.head_dim(), means.data() + c.first * means.outerStride(),
         means.outerStride(), c.count(), scores.data() + c.first, 0);
+  }
+
+  /// All heads in one pass over the mean keys: scores is [heads, blocks].
+  template <KvViewLike View>
+  void score_blocks_group(const GroupScoringInput& in, const View& /*kv*/,
+                          std::span<float> scores) const {
+    const auto& c = in.candidates;
+    if (c.count() == 0) return;
+    const auto means = in.summaries.mean_keys();
+    kernels::active().score_rows[kernels::index_of(StorageType::f32)](
+        in.queries, in.heads, in.summaries.head_dim(), means.data() + c.first * means.outerStride(),
+        means.outerStride(), c.count(), scores.data() + c.first, in.summaries.blocks());
   }
 };
 
@@ -139,6 +159,22 @@ class RuleSelector {
     }
   }
 
+  /// Mean pooling scores the whole group in one pass; the other rules go head by head.
+  template <KvViewLike View>
+  void score_blocks_group(const GroupScoringInput& in, const View& kv, std::span<float> scores) const {
+    if (rule_ == ScoreRule::mean_pooled) {
+      MeanPooledSelector{}.score_blocks_group(in, kv, scores);
+      return;
+    }
+    const auto blocks = static_cast<std::size_t>(in.summaries.blocks());
+    const auto head_dim = static_cast<std::size_t>(in.summaries.head_dim());
+    for (std::int64_t h = 0; h < in.heads; ++h) {
+      const BlockScoringInput head{std::span(in.queries + h * in.summaries.head_dim(), head_dim),
+                                   in.summaries, in.candidates};
+      score_blocks(head, kv, scores.subspan(static_cast<std::size_t>(h) * blocks, blocks));
+    }
+  }
+
  private:
   ScoreRule rule_ = ScoreRule::mean_pooled;
   OracleSelector oracle_;
@@ -178,29 +214,31 @@ inline void build_support(std::int64_t positions, const SparseConfig& config,
 }
 
 /// Per-group combination: each row of `head_scores` ([heads, blocks]) becomes a softmax over the
-/// candidate blocks; `combined[b]` is their sum or max over heads. Scores of non-candidate blocks
-/// are left untouched.
+/// candidate blocks; `combined[b]` is their sum or max over heads. NaN scores count as -inf.
+/// Scores of non-candidate blocks are left untouched. `scratch` holds one row of candidates.
 inline void combine_group_scores(std::span<const float> head_scores, std::int64_t heads,
                                  std::int64_t blocks, const CandidateBlocks& candidates,
-                                 GroupCombine combine, std::span<float> combined) {
-  const auto first = static_cast<std::size_t>(candidates.first);
-  const auto last = static_cast<std::size_t>(candidates.last);
-  std::fill(combined.begin() + first, combined.begin() + last, 0.0f);
+                                 GroupCombine combine, std::span<float> combined,
+                                 std::vector<float>& scratch) {
+  const auto& table = kernels::active();
+  const std::int64_t count = candidates.count();
+  float* out = combined.data() + candidates.first;
+  std::fill(out, out + count, 0.0f);
+  scratch.resize(static_cast<std::size_t>(count));
   for (std::int64_t h = 0; h < heads; ++h) {
-    const float* row = head_scores.data() + h * blocks;
-    float max = -std::numeric_limits<float>::infinity();
-    for (std::size_t b = first; b < last; ++b) {
-      if (!std::isnan(row[b])) max = std::max(max, row[b]);
+    const float* row = head_scores.data() + h * blocks + candidates.first;
+    for (std::int64_t b = 0; b < count; ++b) {
+      scratch[static_cast<std::size_t>(b)] =
+          std::isnan(row[b]) ? -std::numeric_limits<float>::infinity() : row[b];
     }
-    if (!std::isfinite(max)) continue;  // this head prefers nothing: contributes nothing
-    double total = 0.0;
-    for (std::size_t b = first; b < last; ++b) {
-      if (!std::isnan(row[b])) total += std::exp(static_cast<double>(row[b] - max));
-    }
-    for (std::size_t b = first; b < last; ++b) {
-      const float p =
-          std::isnan(row[b]) ? 0.0f : static_cast<float>(std::exp(static_cast<double>(row[b] - max)) / total);
-      combined[b] = combine == GroupCombine::sum ? combined[b] + p : std::max(combined[b], p);
+    const float max = table.max(scratch.data(), count);
+    if (!std::isfinite(max)) continue;  // this head prefers nothing: it contributes nothing
+    const float inverse_sum = 1.0f / table.exp_sum(scratch.data(), count, max);
+    if (combine == GroupCombine::sum) {
+      table.axpy[kernels::index_of(StorageType::f32)](inverse_sum, scratch.data(), out, count);
+    } else {
+      for (std::int64_t b = 0; b < count; ++b)
+        out[b] = std::max(out[b], scratch[static_cast<std::size_t>(b)] * inverse_sum);
     }
   }
 }
