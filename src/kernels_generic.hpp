@@ -136,6 +136,7 @@ KernelTable make_table() {
   table.max = &Ops::max;
   table.exp_sum = &Ops::exp_sum;
   table.scale = &Ops::scale;
+  table.stream_sum = &Ops::stream_sum;
   table.channel_bound = &channel_bound_entry<Ops>;
   return table;
 }
@@ -173,6 +174,14 @@ struct ScalarOps {
   }
   static void scale(float* y, float alpha, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) y[i] *= alpha;
+  }
+  static float stream_sum(const float* x, std::int64_t n) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    std::int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+      for (int j = 0; j < 4; ++j) acc[j] += x[i + j];
+    for (; i < n; ++i) acc[0] += x[i];
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
   }
   static float channel_bound_row(const float* q, const float* lo, const float* hi,
                                  std::int64_t n) {

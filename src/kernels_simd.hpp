@@ -138,6 +138,18 @@ struct SimdOps {
     ScalarOps::scale(y + i, alpha, n - i);
   }
 
+  static float stream_sum(const float* x, std::int64_t n) {
+    Batch a0(0.0f), a1(0.0f), a2(0.0f), a3(0.0f);
+    std::int64_t i = 0;
+    for (; i + 4 * W <= n; i += 4 * W) {
+      a0 += Batch::load_unaligned(x + i);
+      a1 += Batch::load_unaligned(x + i + W);
+      a2 += Batch::load_unaligned(x + i + 2 * W);
+      a3 += Batch::load_unaligned(x + i + 3 * W);
+    }
+    return horizontal_sum<Arch>((a0 + a1) + (a2 + a3)) + ScalarOps::stream_sum(x + i, n - i);
+  }
+
   static float channel_bound_row(const float* q, const float* lo, const float* hi,
                                  std::int64_t n) {
     Batch acc(0.0f);
@@ -233,7 +245,22 @@ struct BlockedOps : SimdOps<Arch> {
         }
         transpose_sum<Arch>(acc).store_unaligned(scores + r0);
       }
-      for (; r0 < count; ++r0) scores[r0] = Base::template dot<T>(q, rows + r0 * row_stride, head_dim);
+      if (r0 < count) {
+        // The last rows go through the same accumulation and reduction as full groups (missing
+        // rows stay zero), so equal rows get bitwise equal scores wherever they fall.
+        const std::int64_t left = count - r0;
+        Batch acc[W];
+        for (std::int64_t r = 0; r < W; ++r) acc[r] = Batch(0.0f);
+        for (std::int64_t i = 0; i < head_dim; i += W) {
+          const Batch qi = Batch::load_unaligned(q + i);
+          for (std::int64_t r = 0; r < left; ++r) {
+            acc[r] = xsimd::fma(qi, load_f32<Arch>(rows + (r0 + r) * row_stride + i), acc[r]);
+          }
+        }
+        alignas(64) float lanes[W];
+        transpose_sum<Arch>(acc).store_aligned(lanes);
+        std::copy_n(lanes, left, scores + r0);
+      }
     }
   }
 
@@ -298,6 +325,17 @@ struct BlockedOps : SimdOps<Arch> {
   }
 
   template <KvStorage T>
+  static void prefetch_rows(const T* rows, std::ptrdiff_t stride, std::int64_t count,
+                            std::int64_t head_dim) {
+    constexpr std::int64_t kLine = 64 / static_cast<std::int64_t>(sizeof(T));  // elements per line
+    for (std::int64_t r = 0; r < count; ++r) {
+      for (std::int64_t i = 0; i < head_dim; i += kLine) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows + r * stride + i), _MM_HINT_T0);
+      }
+    }
+  }
+
+  template <KvStorage T>
   static void attend(const AttendArgs& a) {
     if (a.head_dim % W != 0) {
       attend_entry<Base, T>(a);
@@ -311,6 +349,11 @@ struct BlockedOps : SimdOps<Arch> {
       const std::int64_t rows = std::min(kAttendChunk, a.rows - first);
       const T* chunk_keys = keys + first * a.key_stride;
       const T* chunk_values = values + first * a.value_stride;
+      // The chunk's values are needed only after its scores, and the next chunk's keys after
+      // that: asking for both now overlaps their memory latency with this chunk's arithmetic.
+      prefetch_rows(chunk_values, a.value_stride, rows, a.head_dim);
+      const std::int64_t next_rows = std::min(kAttendChunk, a.rows - first - rows);
+      prefetch_rows(chunk_keys + rows * a.key_stride, a.key_stride, next_rows, a.head_dim);
       // Narrow storage is widened once per chunk, not once per head.
       if constexpr (std::same_as<T, float>) {
         score_rows<float>(a.queries, a.heads, a.head_dim, chunk_keys, a.key_stride, rows, scores,

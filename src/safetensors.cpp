@@ -204,20 +204,34 @@ class HeaderErrors {
   const std::string& source_;
 };
 
-/// Tracks the keys of every open JSON object while nlohmann parses, because nlohmann itself
-/// silently keeps the last of duplicate keys and a duplicate tensor name must be refused.
-class DuplicateKeyCheck {
+/// Deepest nesting of arrays and objects accepted in a header. A valid header needs 3 (top,
+/// entry, shape); the reference reader (serde_json) stops at 128. Without a limit a hostile
+/// 100 MB header nested millions deep costs gigabytes and tens of seconds to parse.
+constexpr int max_header_depth = 64;
+
+/// Runs while nlohmann parses: tracks the keys of every open JSON object, because nlohmann
+/// silently keeps the last of duplicate keys and a duplicate tensor name must be refused, and
+/// stops the parse as soon as the nesting exceeds max_header_depth.
+class HeaderParseCheck {
  public:
-  explicit DuplicateKeyCheck(const HeaderErrors& errors) : errors_(errors) {}
+  explicit HeaderParseCheck(const HeaderErrors& errors) : errors_(errors) {}
 
   bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
     switch (event) {
       case json::parse_event_t::object_start:
+        enter();
         // The key just read names this object in its parent (empty at the top level).
         open_.push_back(Level{{}, open_.empty() ? std::string() : last_key_});
         break;
       case json::parse_event_t::object_end:
+        --depth_;
         if (!open_.empty()) open_.pop_back();
+        break;
+      case json::parse_event_t::array_start:
+        enter();
+        break;
+      case json::parse_event_t::array_end:
+        --depth_;
         break;
       case json::parse_event_t::key: {
         last_key_ = parsed.get<std::string>();
@@ -236,6 +250,13 @@ class DuplicateKeyCheck {
     std::string name;
   };
 
+  void enter() {
+    if (++depth_ > max_header_depth) {
+      errors_.fail("header nests arrays and objects deeper than ", max_header_depth,
+                   " levels (inside '", last_key_, "')");
+    }
+  }
+
   [[noreturn]] void report() const {
     if (open_.size() == 1) {
       if (last_key_ == "__metadata__") errors_.fail("duplicate '__metadata__' entry in the header");
@@ -251,6 +272,7 @@ class DuplicateKeyCheck {
   const HeaderErrors& errors_;
   std::vector<Level> open_;
   std::string last_key_;
+  int depth_ = 0;
 };
 
 // --- writer helpers -------------------------------------------------------------------------
@@ -587,8 +609,8 @@ void SafetensorsFile::parse(const char* where) {
   }
   json header;
   try {
-    DuplicateKeyCheck duplicates(errors);
-    header = json::parse(text, text + header_size, std::ref(duplicates));
+    HeaderParseCheck check(errors);
+    header = json::parse(text, text + header_size, std::ref(check));
   } catch (const json::parse_error& parse_error) {
     // nlohmann counts bytes read (1-based); report the 0-based file offset of the bad byte.
     const std::uint64_t offset = 8 + (parse_error.byte > 0 ? parse_error.byte - 1 : 0);

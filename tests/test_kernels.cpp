@@ -88,7 +88,7 @@ TEST_CASE("storage-typed kernels match double loops", "[kernels]") {
   }
 }
 
-TEST_CASE("max, exp_sum, scale and channel_bound match double loops", "[kernels]") {
+TEST_CASE("max, exp_sum, stream_sum, scale and channel_bound match double loops", "[kernels]") {
   for (const KernelTable* table : kernels::available()) {
     for (std::int64_t offset = 0; offset < kMisalignments; ++offset) {
       for (std::int64_t n : lengths()) {
@@ -109,6 +109,13 @@ TEST_CASE("max, exp_sum, scale and channel_bound match double loops", "[kernels]
           const double want = std::exp(static_cast<double>(before[offset + i]) - shift);
           REQUIRE(std::abs(x[i] - want) <= 2e-6 * want);
         }
+
+        double want_stream = 0.0, stream_magnitude = 0.0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          want_stream += x[i];
+          stream_magnitude += std::abs(x[i]);
+        }
+        REQUIRE(std::abs(table->stream_sum(x, n) - want_stream) <= sum_tolerance(stream_magnitude, n));
 
         auto y = test::random_floats(static_cast<std::size_t>(n));
         const auto y_before = y;
@@ -212,6 +219,27 @@ TEMPLATE_TEST_CASE("fused attend and score_rows match a double reference", "[ker
             REQUIRE(std::abs(max[h] + std::log(sum[h]) - ref.lse) < 2e-5 * (1.0 + std::abs(ref.lse)));
           }
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("score_rows gives bitwise-equal scores to equal rows, wherever they fall", "[kernels]") {
+  // Selection breaks ties by block index; that only works if equal blocks score exactly equal,
+  // including rows in a partial last group of a blocked kernel.
+  for (const KernelTable* table : kernels::available()) {
+    for (std::int64_t head_dim : {8, 16, 64}) {
+      const auto row = test::random_floats(static_cast<std::size_t>(head_dim));
+      const auto q = test::random_floats(static_cast<std::size_t>(2 * head_dim));
+      for (std::int64_t count = 1; count <= 50; ++count) {
+        CAPTURE(table->name, head_dim, count);
+        std::vector<float> rows;
+        for (std::int64_t r = 0; r < count; ++r) rows.insert(rows.end(), row.begin(), row.end());
+        std::vector<float> out(static_cast<std::size_t>(2 * count));
+        table->score_rows[kernels::index_of(StorageType::f32)](q.data(), 2, head_dim, rows.data(), head_dim,
+                                                               count, out.data(), count);
+        for (std::int64_t h = 0; h < 2; ++h)
+          for (std::int64_t r = 1; r < count; ++r) REQUIRE(out[h * count + r] == out[h * count]);
       }
     }
   }
