@@ -8,6 +8,9 @@
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 using Catch::Approx;
+/// Substring matcher under one name for both versions (v2: Contains, v3: ContainsSubstring).
+#define AMC_CONTAINS(text) Catch::Matchers::ContainsSubstring(text)
 #else
 #include <catch2/catch.hpp>
+#define AMC_CONTAINS(text) Catch::Contains(text)
 #endif

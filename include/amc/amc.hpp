@@ -3,6 +3,7 @@
 
 #include "amc/attention/block_summaries.hpp"
 #include "amc/attention/decode.hpp"
+#include "amc/attention/layer_decode.hpp"
 #include "amc/attention/selectors.hpp"
 #include "amc/attention/softmax_state.hpp"
 #include "amc/attention/sparse_config.hpp"
@@ -10,6 +11,7 @@
 #include "amc/error.hpp"
 #include "amc/kernels/kernel_table.hpp"
 #include "amc/kv_view.hpp"
+#include "amc/parallel.hpp"
 #include "amc/storage.hpp"
 #include "amc/tensor.hpp"
 #include "amc/version.hpp"

@@ -58,6 +58,9 @@ struct KernelTable {
   float (*exp_sum)(float* x, std::int64_t n, float shift) = nullptr;
   /// y *= alpha over n elements.
   void (*scale)(float* y, float alpha, std::int64_t n) = nullptr;
+  /// Sum of n floats with independent accumulators: a plain streaming read, the memory
+  /// bandwidth baseline of the benchmarks (the sum only keeps the reads from being elided).
+  float (*stream_sum)(const float* x, std::int64_t n) = nullptr;
 
   /// Online-softmax update of `heads` states over `rows` key/value rows (see AttendArgs).
   void (*attend[3])(const AttendArgs& args) = {};

@@ -1,0 +1,265 @@
+// amc-bench: decode attention at the memory-bandwidth limit, for one Qwen2-0.5B GQA group
+// (7 query heads sharing one KV head, head_dim 64).
+//
+// Every benchmark reads from a ring of independent copies of the KV head whose total size is
+// several times the last-level cache, stepping to the next copy each iteration: each call sees
+// cold memory, as a decode step does when it comes back to a layer's cache after the rest of
+// the model has run. Bytes processed count what each call actually touches, so bytes/s compares
+// directly with BM_StreamRead, a plain SIMD read of the same bytes.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "amc/amc.hpp"
+
+namespace {
+
+using namespace amc;
+
+constexpr std::int64_t kHeadDim = 64;
+constexpr std::int64_t kGroupHeads = 7;
+constexpr std::int64_t kRingBytes = std::int64_t{512} << 20;  // 16x a 32 MiB L3
+
+SparseConfig sparse_config() {
+  SparseConfig c;
+  c.block_size = 32;
+  c.top_k = 16;
+  c.sinks = 4;
+  c.window = 64;
+  c.scope = SelectionScope::per_group;  // one support per group: each block read once
+  c.score = ScoreRule::mean_pooled;
+  return c;
+}
+
+/// Independent copies of one KV head [positions, head_dim] with random contents and their
+/// block summaries (mean keys only, block 32).
+template <KvStorage T>
+struct KvRing {
+  std::int64_t positions = 0;
+  std::int64_t copies = 0;
+  std::vector<T> keys, values;  // [copies, positions, head_dim]
+  std::vector<BlockSummaries> summaries;
+  std::int64_t next = 0;
+
+  explicit KvRing(std::int64_t n) : positions(n) {
+    const std::int64_t bytes_per_copy = 2 * n * kHeadDim * static_cast<std::int64_t>(sizeof(T));
+    copies = std::max<std::int64_t>(2, kRingBytes / bytes_per_copy);
+    const auto total = static_cast<std::size_t>(copies * n * kHeadDim);
+    keys.resize(total);
+    values.resize(total);
+    std::mt19937 rng(static_cast<unsigned>(n));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    // A block of random numbers reused with per-copy offsets: random enough, fast to fill.
+    std::vector<float> pool(1 << 16);
+    for (float& x : pool) x = normal(rng);
+    for (std::size_t i = 0; i < total; ++i) {
+      keys[i] = from_float<T>(pool[(i * 7 + i / 65521) & 0xFFFF]);
+      values[i] = from_float<T>(pool[(i * 13 + 5 + i / 65519) & 0xFFFF]);
+    }
+    for (std::int64_t c = 0; c < copies; ++c) summaries.push_back(BlockSummaries::build(view(c), 32));
+  }
+
+  KvView<T> view(std::int64_t copy) const {
+    const std::int64_t offset = copy * positions * kHeadDim;
+    return KvView<T>(keys.data() + offset, values.data() + offset, positions, kHeadDim);
+  }
+  std::int64_t advance() {
+    next = (next + 1) % copies;
+    return next;
+  }
+};
+
+/// One ring per storage type alive at a time (512 MiB each), rebuilt when n changes; the
+/// benchmarks are registered context by context so each ring is built once.
+template <KvStorage T>
+KvRing<T>& ring(std::int64_t n) {
+  static std::unique_ptr<KvRing<T>> current;
+  if (!current || current->positions != n) {
+    current.reset();
+    current = std::make_unique<KvRing<T>>(n);
+  }
+  return *current;
+}
+
+RowMatrix group_queries() {
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  RowMatrix q(kGroupHeads, kHeadDim);
+  for (Eigen::Index i = 0; i < q.size(); ++i) q.data()[i] = normal(rng);
+  return q;
+}
+
+template <KvStorage T>
+std::int64_t row_bytes() {
+  return 2 * kHeadDim * static_cast<std::int64_t>(sizeof(T));  // one key row and one value row
+}
+
+template <KvStorage T>
+void BM_StreamRead(benchmark::State& state) {
+  auto& kv = ring<T>(state.range(0));
+  const auto& table = kernels::active();
+  const std::int64_t floats = kv.positions * kHeadDim * static_cast<std::int64_t>(sizeof(T)) / 4;
+  for (auto _ : state) {
+    const auto view = kv.view(kv.advance());
+    float sum = table.stream_sum(reinterpret_cast<const float*>(view.key(0)), floats);
+    sum += table.stream_sum(reinterpret_cast<const float*>(view.value(0)), floats);
+    benchmark::DoNotOptimize(sum);
+  }
+  state.SetBytesProcessed(state.iterations() * kv.positions * row_bytes<T>());
+  state.counters["positions_read"] = static_cast<double>(kv.positions);
+}
+
+template <KvStorage T>
+void BM_DenseDecode(benchmark::State& state) {
+  auto& kv = ring<T>(state.range(0));
+  const RowMatrix queries = group_queries();
+  RowMatrix out(kGroupHeads, kHeadDim);
+  std::vector<HeadResult> results(kGroupHeads);
+  DenseDecode dense;
+  for (auto _ : state) {
+    dense.decode(queries, KvHead<KvView<T>>{kv.view(kv.advance()), nullptr}, out, results);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * kv.positions * row_bytes<T>());
+  state.counters["positions_read"] = static_cast<double>(kv.positions);
+}
+
+template <KvStorage T>
+void BM_SparseDecode(benchmark::State& state) {
+  auto& kv = ring<T>(state.range(0));
+  const RowMatrix queries = group_queries();
+  RowMatrix out(kGroupHeads, kHeadDim);
+  std::vector<HeadResult> results(kGroupHeads);
+  BlockSparseDecode<> sparse(sparse_config());
+  std::int64_t positions = 0, summary_bytes = 0;
+  for (auto _ : state) {
+    const std::int64_t c = kv.advance();
+    sparse.decode(queries, KvHead<KvView<T>>{kv.view(c), &kv.summaries[c]}, out, results);
+    benchmark::DoNotOptimize(out.data());
+    positions += results[0].positions_read;
+    summary_bytes += kv.summaries[c].blocks() * kHeadDim * 4;  // the mean keys it scores
+  }
+  state.SetBytesProcessed(positions * row_bytes<T>() + summary_bytes);
+  state.counters["positions_read"] = static_cast<double>(positions) / static_cast<double>(state.iterations());
+  state.counters["summary_bytes"] = static_cast<double>(kv.summaries[0].memory_bytes());
+  state.counters["summary_bytes_per_position"] =
+      static_cast<double>(kv.summaries[0].memory_bytes()) / static_cast<double>(kv.positions);
+}
+
+template <KvStorage T>
+void BM_Select(benchmark::State& state) {
+  auto& kv = ring<T>(state.range(0));
+  const RowMatrix queries = group_queries();
+  BlockSparseDecode<> sparse(sparse_config());
+  for (auto _ : state) {
+    const std::int64_t c = kv.advance();
+    sparse.select(queries, KvHead<KvView<T>>{kv.view(c), &kv.summaries[c]});
+    benchmark::DoNotOptimize(sparse.selected_blocks(0).data());
+  }
+  state.SetBytesProcessed(state.iterations() * kv.summaries[0].blocks() * kHeadDim * 4);
+  state.counters["blocks_scored"] = static_cast<double>(kv.summaries[0].blocks());
+}
+
+void BM_SummaryAppend(benchmark::State& state) {
+  const std::int64_t capacity = 1 << 16;
+  std::vector<bf16> keys(static_cast<std::size_t>(capacity * kHeadDim)), values(keys.size());
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    keys[i] = to_bf16(normal(rng));
+    values[i] = to_bf16(normal(rng));
+  }
+  const SummaryOptions options{.channel_bounds = state.range(0) != 0, .value_norms = state.range(0) != 0};
+  BlockSummaries summaries(32, kHeadDim, options);
+  summaries.reserve(capacity);
+  std::int64_t p = 0;
+  for (auto _ : state) {
+    if (p == capacity) {
+      state.PauseTiming();
+      summaries.clear();
+      p = 0;
+      state.ResumeTiming();
+    }
+    summaries.append(std::span<const bf16>(keys.data() + p * kHeadDim, kHeadDim),
+                     std::span<const bf16>(values.data() + p * kHeadDim, kHeadDim));
+    ++p;
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["summary_bytes_per_position"] =
+      static_cast<double>(summaries.memory_bytes()) / static_cast<double>(std::max<std::int64_t>(p, 1));
+}
+
+/// All 14 query heads of a Qwen2-0.5B layer (2 KV heads), dense, on range(1) threads.
+template <class Op>
+void layer_benchmark(benchmark::State& state, Op prototype) {
+  auto& kv = ring<bf16>(state.range(0));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  RowMatrix queries(2 * kGroupHeads, kHeadDim);
+  for (Eigen::Index i = 0; i < queries.size(); ++i) queries.data()[i] = normal(rng);
+  RowMatrix out(queries.rows(), kHeadDim);
+  std::vector<HeadResult> results(static_cast<std::size_t>(queries.rows()));
+  LayerDecode<Op> layer(prototype, static_cast<int>(state.range(1)));
+  std::int64_t positions = 0;
+  for (auto _ : state) {
+    const std::int64_t a = kv.advance(), b = kv.advance();
+    const KvHead<KvView<bf16>> heads[2] = {{kv.view(a), &kv.summaries[a]}, {kv.view(b), &kv.summaries[b]}};
+    layer.decode(queries, std::span<const KvHead<KvView<bf16>>>(heads, 2), out, results);
+    benchmark::DoNotOptimize(out.data());
+    positions += results[0].positions_read + results[kGroupHeads].positions_read;
+  }
+  state.SetBytesProcessed(positions * row_bytes<bf16>());
+  state.counters["threads"] = static_cast<double>(state.range(1));
+}
+
+void BM_LayerDenseDecode(benchmark::State& state) { layer_benchmark(state, DenseDecode{}); }
+void BM_LayerSparseDecode(benchmark::State& state) {
+  layer_benchmark(state, BlockSparseDecode<>(sparse_config()));
+}
+
+const std::vector<std::int64_t> kContexts = {2048, 8192, 16384, 65536, 131072};
+
+template <KvStorage T>
+void register_contexts(const std::string& suffix) {
+  for (const std::int64_t n : kContexts) {
+    for (auto [name, fn] : {std::pair{"BM_StreamRead", &BM_StreamRead<T>},
+                            std::pair{"BM_DenseDecode", &BM_DenseDecode<T>},
+                            std::pair{"BM_SparseDecode", &BM_SparseDecode<T>},
+                            std::pair{"BM_Select", &BM_Select<T>}}) {
+      benchmark::RegisterBenchmark((name + suffix).c_str(), fn)
+          ->Arg(n)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_contexts<amc::bf16>("");
+  register_contexts<float>("_f32");
+  benchmark::RegisterBenchmark("BM_SummaryAppend", BM_SummaryAppend)->ArgName("all_stats")->Arg(0)->Arg(1);
+  for (auto [name, fn] : {std::pair{"BM_LayerDenseDecode", &BM_LayerDenseDecode},
+                          std::pair{"BM_LayerSparseDecode", &BM_LayerSparseDecode}}) {
+    for (const std::int64_t n : {16384, 65536}) {
+      for (const std::int64_t threads : {1, 2}) {
+        benchmark::RegisterBenchmark(name, fn)
+            ->Args({n, threads})
+            ->ArgNames({"", "threads"})
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

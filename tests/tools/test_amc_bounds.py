@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""End-to-end test of amc-bounds (Python 3 standard library only).
+
+Writes q/k/v dumps byte by byte, runs the tool with --json, and checks every reported number
+against a reference computed here in double precision with plain loops: the selection (top-k of
+mean block scores), the omitted mass, the error norm, the identity, and that the certified
+bounds are never below the true values. Then checks that bad input gives exit status 2, one
+line on stderr and nothing on stdout.
+
+usage: test_amc_bounds.py PATH/TO/amc-bounds
+"""
+
+import json
+import math
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+FAILURES = []
+
+
+def check(condition, message):
+    if not condition:
+        FAILURES.append(message)
+
+
+def to_bf16_bits(x):
+    (bits,) = struct.unpack("<I", struct.pack("<f", x))
+    rounding = 0x7FFF + ((bits >> 16) & 1)
+    return ((bits + rounding) >> 16) & 0xFFFF
+
+
+def from_bf16_bits(b):
+    return struct.unpack("<f", struct.pack("<I", b << 16))[0]
+
+
+def write_safetensors(path, tensors, raw_header=None):
+    """tensors: list of (name, dtype, shape, flat values); values already representable."""
+    header, blobs, offset = {}, [], 0
+    for name, dtype, shape, values in tensors:
+        if dtype == "F32":
+            blob = struct.pack(f"<{len(values)}f", *values)
+        elif dtype == "BF16":
+            blob = struct.pack(f"<{len(values)}H", *[to_bf16_bits(v) for v in values])
+        else:
+            raise ValueError(dtype)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = raw_header if raw_header is not None else json.dumps(header)
+    text = text.encode() + b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+def make_inputs(rng, hq, hkv, n, d, dtype):
+    def rounded(x):
+        return from_bf16_bits(to_bf16_bits(x)) if dtype == "BF16" else struct.unpack("<f", struct.pack("<f", x))[0]
+
+    q = [rounded(rng.gauss(0, 1)) for _ in range(hq * d)]
+    k = [rounded(rng.gauss(0, 1)) for _ in range(hkv * n * d)]
+    v = [rounded(rng.gauss(0, 1)) for _ in range(hkv * n * d)]
+    # A few strong keys (needles) aligned with the first query of each group.
+    group = hq // hkv
+    for g in range(hkv):
+        for p in rng.sample(range(n), 3):
+            for i in range(d):
+                k[(g * n + p) * d + i] = rounded(2.0 * q[g * group * d + i])
+    return q, k, v
+
+
+def reference(q, k, v, hq, hkv, n, d, scale, config):
+    """Per head: expected blocks (mean pooling, per-head scope), eps, error, dense/sparse outputs."""
+    group = hq // hkv
+    B, K, sinks, window = config["block_size"], config["top_k"], config["sinks"], config["window"]
+    out = []
+    for h in range(hq):
+        g = h // group
+        s = [scale * sum(q[h * d + i] * k[(g * n + p) * d + i] for i in range(d)) for p in range(n)]
+        blocks = (n + B - 1) // B
+        shat = [sum(s[b * B:min(n, (b + 1) * B)]) / (min(n, (b + 1) * B) - b * B) for b in range(blocks)]
+        kept_prefix = min(sinks, n)
+        kept_suffix = max(n - window, kept_prefix)
+        candidates = list(range(kept_prefix // B, (kept_suffix + B - 1) // B)) if kept_prefix < kept_suffix else []
+        ranked = sorted(candidates, key=lambda b: (-shat[b], b))
+        out.append({"scores": s, "shat": shat, "ranked": ranked, "top": sorted(ranked[:K])})
+    return out
+
+
+def attention(s, v_rows, positions, d):
+    m = max(s[p] for p in positions)
+    w = {p: math.exp(s[p] - m) for p in positions}
+    z = sum(w.values())
+    return [sum(w[p] * v_rows[p][i] for p in positions) / z for i in range(d)], m + math.log(z)
+
+
+def run(tool, args):
+    return subprocess.run([tool] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, extra, label):
+    result = run(tool, [path, "--json"] + extra)
+    check(result.returncode == 0, f"{label}: exit {result.returncode}, stderr {result.stderr!r}")
+    if result.returncode != 0:
+        return
+    report = json.loads(result.stdout)
+    cfg = report["config"]
+    scale = cfg["scale"]
+    check(abs(scale - 1 / math.sqrt(d)) < 1e-7 or "--scale" in extra, f"{label}: default scale {scale}")
+    ref = reference(q, k, v, hq, hkv, n, d, scale, cfg)
+    group = hq // hkv
+    check(len(report["heads"]) == hq, f"{label}: {len(report['heads'])} head records, expected {hq}")
+    summary_eps = 0.0
+    for record in report["heads"]:
+        h = record["head"]
+        g = h // group
+        r = ref[h]
+        check(record["kv_head"] == g, f"{label} head {h}: kv_head {record['kv_head']}")
+        blocks = record["selected_blocks"]
+        if cfg["scope"] == "head" and not cfg["adaptive"] and cfg["score"] == "mean":
+            if blocks != r["top"]:
+                # Only a near-tie may differ: every chosen block scores within 1e-5 of the k-th best.
+                kth = min(r["shat"][b] for b in r["top"]) if r["top"] else math.inf
+                check(all(r["shat"][b] >= kth - 1e-5 for b in blocks), f"{label} head {h}: blocks {blocks} vs {r['top']}")
+        B = cfg["block_size"]
+        support = set(range(min(cfg["sinks"], n))) | set(range(max(0, n - cfg["window"]), n))
+        for b in blocks:
+            support |= set(range(b * B, min(n, (b + 1) * B)))
+        check(record["support_size"] == len(support), f"{label} head {h}: support {record['support_size']} vs {len(support)}")
+        v_rows = [[v[(g * n + p) * d + i] for i in range(d)] for p in range(n)]
+        dense, lse_all = attention(r["scores"], v_rows, range(n), d)
+        sparse, lse_s = attention(r["scores"], v_rows, sorted(support), d)
+        z_all = math.exp(lse_all)
+        eps = sum(math.exp(r["scores"][p] - lse_all) for p in range(n) if p not in support)
+        error = math.sqrt(sum((a - b) ** 2 for a, b in zip(dense, sparse)))
+        scale_o = max(math.sqrt(sum(x * x for x in dense)), 1e-3)
+        check(abs(record["omitted_mass"] - eps) <= 1e-6 * max(eps, 1e-3), f"{label} head {h}: eps {record['omitted_mass']} vs {eps}")
+        check(abs(record["error_norm"] - error) <= 2e-5 * scale_o, f"{label} head {h}: error {record['error_norm']} vs {error}")
+        check(abs(record["lse_all"] - lse_all) <= 2e-5 * (1 + abs(lse_all)), f"{label} head {h}: lse_all")
+        check(abs(record["lse_support"] - lse_s) <= 2e-5 * (1 + abs(lse_s)), f"{label} head {h}: lse_support")
+        check(record["relative_identity_residual"] <= 1e-5, f"{label} head {h}: identity residual {record['relative_identity_residual']}")
+        check(record["value_bound"] + 1e-6 >= error, f"{label} head {h}: value bound below error")
+        check(record["certified_omitted_mass_bound"] >= eps, f"{label} head {h}: certified eps {record['certified_omitted_mass_bound']} < {eps}")
+        check(record["certified_error_bound"] + 1e-6 >= error, f"{label} head {h}: certified error below error")
+        if cfg["adaptive"]:
+            met = record["certified_omitted_mass_bound"] <= cfg["target_eps"]
+            cap = cfg["max_k"]
+            check(met or (cap is not None and record["needed_k"] == cap) or record["needed_k"] == len(r["ranked"]),
+                  f"{label} head {h}: target not met with needed_k {record['needed_k']}")
+            check(len(blocks) == record["needed_k"], f"{label} head {h}: needed_k vs blocks")
+        summary_eps = max(summary_eps, record["omitted_mass"])
+    check(abs(report["summary"]["max_omitted_mass"] - summary_eps) < 1e-12, f"{label}: summary max_omitted_mass")
+
+
+def expect_usage_error(tool, args, words, label):
+    result = run(tool, args)
+    check(result.returncode == 2, f"{label}: exit {result.returncode}, expected 2 (stderr {result.stderr!r})")
+    check(result.stdout == "", f"{label}: stdout not empty: {result.stdout[:80]!r}")
+    lines = result.stderr.strip().splitlines()
+    check(len(lines) == 1, f"{label}: stderr has {len(lines)} lines: {result.stderr!r}")
+    for word in words:
+        check(word in result.stderr, f"{label}: stderr {result.stderr.strip()!r} lacks {word!r}")
+
+
+def main():
+    tool = sys.argv[1]
+    rng = random.Random(1129)
+    with tempfile.TemporaryDirectory() as tmp:
+        hq, hkv, n, d = 4, 2, 150, 8
+        for dtype in ("F32", "BF16"):
+            q, k, v = make_inputs(rng, hq, hkv, n, d, dtype)
+            path = os.path.join(tmp, f"dump_{dtype}.safetensors")
+            write_safetensors(path, [("q", dtype, [hq, d], q), ("k", dtype, [hkv, n, d], k), ("v", dtype, [hkv, n, d], v)])
+            base = ["--block-size", "8", "--top-k", "3", "--sinks", "2", "--window", "16"]
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base, f"{dtype} mean/head")
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--scope", "group"], f"{dtype} mean/group")
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--score", "oracle"], f"{dtype} oracle")
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--score", "bound", "--scale", "0.2"], f"{dtype} bound")
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--target-eps", "0.05"], f"{dtype} adaptive")
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--target-eps", "0.001", "--max-k", "2", "--scope", "group"],
+                      f"{dtype} adaptive capped group")
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, [], f"{dtype} defaults")
+            table = run(tool, [path])
+            check(table.returncode == 0 and "omitted" in table.stdout, f"{dtype}: table output")
+
+        q, k, v = make_inputs(rng, 3, 1, 10, 4, "F32")
+        good = os.path.join(tmp, "good.safetensors")
+        write_safetensors(good, [("q", "F32", [3, 4], q), ("k", "F32", [1, 10, 4], k), ("v", "F32", [1, 10, 4], v)])
+        cases = {
+            "missing_v": ([("q", "F32", [3, 4], q), ("k", "F32", [1, 10, 4], k)], ["missing tensor 'v'"]),
+            "rank": ([("q", "F32", [12], q), ("k", "F32", [1, 10, 4], k), ("v", "F32", [1, 10, 4], v)], ["'q'", "rank 2"]),
+            "heads": ([("q", "F32", [3, 4], q), ("k", "F32", [2, 5, 4], k), ("v", "F32", [2, 5, 4], v)], ["not a multiple of KV heads"]),
+            "empty": ([("q", "F32", [3, 4], q), ("k", "F32", [1, 0, 4], []), ("v", "F32", [1, 0, 4], [])], ["n = 0"]),
+            "head_dim": ([("q", "F32", [3, 4], q), ("k", "F32", [1, 5, 8], k[:40]), ("v", "F32", [1, 5, 8], v[:40])], ["head_dim"]),
+        }
+        for label, (tensors, words) in cases.items():
+            path = os.path.join(tmp, f"{label}.safetensors")
+            write_safetensors(path, tensors)
+            expect_usage_error(tool, [path, "--json"], words, label)
+        malformed = os.path.join(tmp, "malformed.safetensors")
+        with open(malformed, "wb") as f:
+            f.write(struct.pack("<Q", 1000) + b"{}")
+        expect_usage_error(tool, [malformed], ["malformed.safetensors"], "malformed")
+        expect_usage_error(tool, [os.path.join(tmp, "absent.safetensors")], ["absent.safetensors"], "unreadable")
+        expect_usage_error(tool, [good, "--block-size", "0"], ["block_size", "0"], "block size 0")
+        expect_usage_error(tool, [good, "--top-k", "-1"], ["top_k", "-1"], "negative k")
+        expect_usage_error(tool, [good, "--scope", "layer"], ["scope", "layer"], "bad scope")
+        expect_usage_error(tool, [good, "--score", "max"], ["score", "max"], "bad score")
+        expect_usage_error(tool, [good, "--target-eps", "2"], ["--target-eps", "2"], "bad target")
+        expect_usage_error(tool, [good, "--max-k", "3"], ["--max-k needs --target-eps"], "max-k alone")
+        expect_usage_error(tool, [good, "--scale", "-1"], ["scale"], "bad scale")
+        expect_usage_error(tool, [good, "--block-size", "x"], ["--block-size"], "non-numeric")
+        expect_usage_error(tool, [good, "--frobnicate"], ["frobnicate"], "unknown flag")
+        expect_usage_error(tool, [], ["input"], "no input")
+
+    if FAILURES:
+        for failure in FAILURES[:30]:
+            print("FAIL:", failure)
+        print(f"0 passed, {len(FAILURES)} failed")
+        return 1
+    print("amc-bounds end-to-end: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
