@@ -29,7 +29,7 @@ function(amc_add_simd_kernels target)
       if(name STREQUAL "avx512" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
         # GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_*
         # placeholders (a known false positive in the compiler's headers, not in amc).
-        list(APPEND flag_list -Wno-maybe-uninitialized)
+        list(APPEND flag_list -Wno-maybe-uninitialized -Wno-uninitialized)
       endif()
       set_source_files_properties(${source} PROPERTIES COMPILE_OPTIONS "${flag_list}")
       string(TOUPPER ${name} upper)

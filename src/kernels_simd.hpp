@@ -208,15 +208,80 @@ inline FloatBatch<Arch> transpose_sum(const FloatBatch<Arch>* rows) {
 /// practice); other widths take the generic path of kernels_generic.hpp.
 ///
 /// Scores: W rows at a time (W = lanes), one accumulator per row, reduced together by a
-/// transposing horizontal add (xsimd::haddp): one reduction per W scores instead of W.
+/// transposing horizontal add: one reduction per W scores instead of W. Narrow keys are widened
+/// to f32 once per chunk (into L1 scratch) and reused by every head.
 /// Values: the accumulators of up to kHeadGroup heads over a slab of 2W channels stay in
-/// registers while the chunk's rows stream past, one broadcast and two FMAs per head and row.
+/// registers while the chunk's rows stream past; each value row is loaded (and widened) once
+/// per slab for all heads, then one broadcast and two FMAs per head.
 template <class Arch>
 struct BlockedOps : SimdOps<Arch> {
   using Base = SimdOps<Arch>;
   using Batch = typename Base::Batch;
   static constexpr std::int64_t W = Base::W;
   static constexpr std::int64_t kHeadGroup = 8;
+
+  /// Vector registers of the instruction set (AVX-512: 32, AVX/SSE: 16).
+  static constexpr int kRegisters = W == 16 ? 32 : 16;
+
+  /// Scores of `group` (<= W) rows for one query, reduced by one transposing sum. kDim > 0 fixes
+  /// head_dim at compile time so the query stays in registers and each row is a straight run of
+  /// FMAs with memory operands; kDim == 0 handles any multiple of W. Missing rows (group < W)
+  /// stay zero and go through the same reduction, so equal rows score bitwise equal wherever
+  /// they fall.
+  template <std::int64_t kDim, KvStorage T>
+  static Batch score_group(const float* q, std::int64_t head_dim, const T* rows,
+                           std::ptrdiff_t row_stride, std::int64_t group) {
+    Batch acc[W];
+#pragma GCC unroll 16
+    for (std::int64_t r = 0; r < W; ++r) acc[r] = Batch(0.0f);
+    if constexpr (kDim > 0) {
+      constexpr std::int64_t kChunks = kDim / W;
+      Batch qs[kChunks];
+#pragma GCC unroll 16
+      for (std::int64_t c = 0; c < kChunks; ++c) qs[c] = Batch::load_unaligned(q + c * W);
+      const T* row = rows;
+      if (group == W) {
+#pragma GCC unroll 16
+        for (std::int64_t r = 0; r < W; ++r, row += row_stride) {
+#pragma GCC unroll 16
+          for (std::int64_t c = 0; c < kChunks; ++c) acc[r] = xsimd::fma(qs[c], load_f32<Arch>(row + c * W), acc[r]);
+        }
+      } else {
+        for (std::int64_t r = 0; r < group; ++r, row += row_stride) {
+#pragma GCC unroll 16
+          for (std::int64_t c = 0; c < kChunks; ++c) acc[r] = xsimd::fma(qs[c], load_f32<Arch>(row + c * W), acc[r]);
+        }
+      }
+    } else {
+      for (std::int64_t i = 0; i < head_dim; i += W) {
+        const Batch qi = Batch::load_unaligned(q + i);
+        const T* row = rows + i;
+        for (std::int64_t r = 0; r < group; ++r, row += row_stride) {
+          acc[r] = xsimd::fma(qi, load_f32<Arch>(row), acc[r]);
+        }
+      }
+    }
+    return transpose_sum<Arch>(acc);
+  }
+
+  template <std::int64_t kDim, KvStorage T>
+  static void score_rows_fixed(const float* queries, std::int64_t heads, std::int64_t head_dim,
+                               const T* rows, std::ptrdiff_t row_stride, std::int64_t count,
+                               float* out, std::ptrdiff_t out_stride) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const float* q = queries + h * head_dim;
+      float* scores = out + h * out_stride;
+      std::int64_t r0 = 0;
+      for (; r0 + W <= count; r0 += W) {
+        score_group<kDim, T>(q, head_dim, rows + r0 * row_stride, row_stride, W).store_unaligned(scores + r0);
+      }
+      if (r0 < count) {
+        alignas(64) float lanes[W];
+        score_group<kDim, T>(q, head_dim, rows + r0 * row_stride, row_stride, count - r0).store_aligned(lanes);
+        std::copy_n(lanes, count - r0, scores + r0);
+      }
+    }
+  }
 
   /// out[h * out_stride + r] = <q_h, row_r>; rows of storage type T.
   template <KvStorage T>
@@ -226,46 +291,17 @@ struct BlockedOps : SimdOps<Arch> {
     const T* rows = static_cast<const T*>(rows_ptr);
     if (head_dim % W != 0) {
       score_rows_entry<Base, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
-      return;
-    }
-    for (std::int64_t h = 0; h < heads; ++h) {
-      const float* q = queries + h * head_dim;
-      float* scores = out + h * out_stride;
-      std::int64_t r0 = 0;
-      for (; r0 + W <= count; r0 += W) {
-        Batch acc[W];
-#pragma GCC unroll 16
-        for (std::int64_t r = 0; r < W; ++r) acc[r] = Batch(0.0f);
-        for (std::int64_t i = 0; i < head_dim; i += W) {
-          const Batch qi = Batch::load_unaligned(q + i);
-#pragma GCC unroll 16
-          for (std::int64_t r = 0; r < W; ++r) {
-            acc[r] = xsimd::fma(qi, load_f32<Arch>(rows + (r0 + r) * row_stride + i), acc[r]);
-          }
-        }
-        transpose_sum<Arch>(acc).store_unaligned(scores + r0);
-      }
-      if (r0 < count) {
-        // The last rows go through the same accumulation and reduction as full groups (missing
-        // rows stay zero), so equal rows get bitwise equal scores wherever they fall.
-        const std::int64_t left = count - r0;
-        Batch acc[W];
-        for (std::int64_t r = 0; r < W; ++r) acc[r] = Batch(0.0f);
-        for (std::int64_t i = 0; i < head_dim; i += W) {
-          const Batch qi = Batch::load_unaligned(q + i);
-          for (std::int64_t r = 0; r < left; ++r) {
-            acc[r] = xsimd::fma(qi, load_f32<Arch>(rows + (r0 + r) * row_stride + i), acc[r]);
-          }
-        }
-        alignas(64) float lanes[W];
-        transpose_sum<Arch>(acc).store_aligned(lanes);
-        std::copy_n(lanes, left, scores + r0);
-      }
+    } else if (head_dim == 64 && 64 / W + W + 2 <= kRegisters) {
+      score_rows_fixed<64, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
+    } else if (head_dim == 128 && 128 / W + W + 2 <= kRegisters) {
+      score_rows_fixed<128, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
+    } else {
+      score_rows_fixed<0, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
     }
   }
 
-  template <int kHeads>
-  static void accumulate_values(const float* weights, const float* values, std::ptrdiff_t stride,
+  template <int kHeads, KvStorage T>
+  static void accumulate_values(const float* weights, const T* values, std::ptrdiff_t stride,
                                 std::int64_t rows, std::int64_t head_dim, float* accumulator) {
     std::int64_t c = 0;
     for (; c + 2 * W <= head_dim; c += 2 * W) {
@@ -275,9 +311,10 @@ struct BlockedOps : SimdOps<Arch> {
         lo[h] = Batch::load_unaligned(accumulator + h * head_dim + c);
         hi[h] = Batch::load_unaligned(accumulator + h * head_dim + c + W);
       }
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const Batch v0 = Batch::load_unaligned(values + r * stride + c);
-        const Batch v1 = Batch::load_unaligned(values + r * stride + c + W);
+      const T* row = values + c;
+      for (std::int64_t r = 0; r < rows; ++r, row += stride) {
+        const Batch v0 = load_f32<Arch>(row);
+        const Batch v1 = load_f32<Arch>(row + W);
 #pragma GCC unroll 8
         for (int h = 0; h < kHeads; ++h) {
           const Batch p(weights[h * kAttendChunk + r]);
@@ -295,8 +332,9 @@ struct BlockedOps : SimdOps<Arch> {
       Batch acc[kHeads];
 #pragma GCC unroll 8
       for (int h = 0; h < kHeads; ++h) acc[h] = Batch::load_unaligned(accumulator + h * head_dim + c);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const Batch v = Batch::load_unaligned(values + r * stride + c);
+      const T* row = values + c;
+      for (std::int64_t r = 0; r < rows; ++r, row += stride) {
+        const Batch v = load_f32<Arch>(row);
 #pragma GCC unroll 8
         for (int h = 0; h < kHeads; ++h) acc[h] = xsimd::fma(Batch(weights[h * kAttendChunk + r]), v, acc[h]);
       }
@@ -305,7 +343,8 @@ struct BlockedOps : SimdOps<Arch> {
     }
   }
 
-  static void accumulate_values_any(std::int64_t heads, const float* weights, const float* values,
+  template <KvStorage T>
+  static void accumulate_values_any(std::int64_t heads, const float* weights, const T* values,
                                     std::ptrdiff_t stride, std::int64_t rows, std::int64_t head_dim,
                                     float* accumulator) {
     for (std::int64_t h0 = 0; h0 < heads; h0 += kHeadGroup) {
@@ -335,6 +374,24 @@ struct BlockedOps : SimdOps<Arch> {
     }
   }
 
+  /// Widens `rows` rows of narrow storage to packed f32 [rows, head_dim] (head_dim % W == 0).
+  template <KvStorage T>
+  static void widen_rows(const T* source, std::ptrdiff_t stride, std::int64_t rows,
+                         std::int64_t head_dim, float* target) {
+    for (std::int64_t r = 0; r < rows; ++r, source += stride, target += head_dim) {
+      std::int64_t i = 0;
+      for (; i + 4 * W <= head_dim; i += 4 * W) {
+        const Batch a = load_f32<Arch>(source + i), b = load_f32<Arch>(source + i + W);
+        const Batch c = load_f32<Arch>(source + i + 2 * W), d = load_f32<Arch>(source + i + 3 * W);
+        a.store_unaligned(target + i);
+        b.store_unaligned(target + i + W);
+        c.store_unaligned(target + i + 2 * W);
+        d.store_unaligned(target + i + 3 * W);
+      }
+      for (; i < head_dim; i += W) load_f32<Arch>(source + i).store_unaligned(target + i);
+    }
+  }
+
   template <KvStorage T>
   static void attend(const AttendArgs& a) {
     if (a.head_dim % W != 0) {
@@ -343,7 +400,7 @@ struct BlockedOps : SimdOps<Arch> {
     }
     const T* keys = static_cast<const T*>(a.keys);
     const T* values = static_cast<const T*>(a.values);
-    float* scores = a.scratch;                            // [heads, kAttendChunk]
+    float* scores = a.scratch;                              // [heads, kAttendChunk]
     float* converted = a.scratch + a.heads * kAttendChunk;  // [kAttendChunk, head_dim]
     for (std::int64_t first = 0; first < a.rows; first += kAttendChunk) {
       const std::int64_t rows = std::min(kAttendChunk, a.rows - first);
@@ -354,13 +411,13 @@ struct BlockedOps : SimdOps<Arch> {
       prefetch_rows(chunk_values, a.value_stride, rows, a.head_dim);
       const std::int64_t next_rows = std::min(kAttendChunk, a.rows - first - rows);
       prefetch_rows(chunk_keys + rows * a.key_stride, a.key_stride, next_rows, a.head_dim);
-      // Narrow storage is widened once per chunk, not once per head.
-      if constexpr (std::same_as<T, float>) {
-        score_rows<float>(a.queries, a.heads, a.head_dim, chunk_keys, a.key_stride, rows, scores,
-                          kAttendChunk);
+      // Narrow keys are widened once per chunk rather than once per head; a single head
+      // widens them on the fly instead.
+      if (std::same_as<T, float> || a.heads == 1) {
+        score_rows<T>(a.queries, a.heads, a.head_dim, chunk_keys, a.key_stride, rows, scores,
+                      kAttendChunk);
       } else {
-        for (std::int64_t r = 0; r < rows; ++r)
-          Base::template load<T>(chunk_keys + r * a.key_stride, converted + r * a.head_dim, a.head_dim);
+        widen_rows(chunk_keys, a.key_stride, rows, a.head_dim, converted);
         score_rows<float>(a.queries, a.heads, a.head_dim, converted, a.head_dim, rows, scores,
                           kAttendChunk);
       }
@@ -377,14 +434,8 @@ struct BlockedOps : SimdOps<Arch> {
         a.running_sum[h] += chunk_sum;
         a.running_max[h] = new_max;
       }
-      if constexpr (std::same_as<T, float>) {
-        accumulate_values_any(a.heads, scores, chunk_values, a.value_stride, rows, a.head_dim,
-                              a.accumulator);
-      } else {
-        for (std::int64_t r = 0; r < rows; ++r)
-          Base::template load<T>(chunk_values + r * a.value_stride, converted + r * a.head_dim, a.head_dim);
-        accumulate_values_any(a.heads, scores, converted, a.head_dim, rows, a.head_dim, a.accumulator);
-      }
+      accumulate_values_any(a.heads, scores, chunk_values, a.value_stride, rows, a.head_dim,
+                            a.accumulator);
     }
   }
 };
