@@ -10,7 +10,7 @@
 namespace amc::kernels {
 namespace {
 
-bool cpu_supports([[maybe_unused]] std::string_view name) {
+[[maybe_unused]] bool cpu_supports([[maybe_unused]] std::string_view name) {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
   __builtin_cpu_init();
   if (name == "sse2") return __builtin_cpu_supports("sse2");

@@ -6,6 +6,7 @@
 // results [heads]. A single query head is a group of one.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -85,6 +86,22 @@ struct DecodeWorkspace {
   }
 };
 
+/// Hints the first rows (one kernel chunk) of `range` into cache; a no-op without GCC/Clang.
+template <KvViewLike View>
+void prefetch_range_start([[maybe_unused]] const View& kv, [[maybe_unused]] const PositionRange& range) {
+#if defined(__GNUC__)
+  using T = typename View::value_type;
+  constexpr std::int64_t kLine = 64 / static_cast<std::int64_t>(sizeof(T));  // elements per line
+  const std::int64_t end = std::min(range.end, range.begin + kernels::kAttendChunk);
+  for (std::int64_t p = range.begin; p < end; ++p) {
+    for (std::int64_t i = 0; i < kv.head_dim(); i += kLine) {
+      __builtin_prefetch(kv.key(p) + i);
+      __builtin_prefetch(kv.value(p) + i);
+    }
+  }
+#endif
+}
+
 /// Folds the ranges of `support` into heads [first_head, first_head + count) of ws.state.
 template <KvViewLike View>
 void attend_support(const View& kv, std::span<const PositionRange> ranges,
@@ -96,8 +113,11 @@ void attend_support(const View& kv, std::span<const PositionRange> ranges,
   args.key_stride = kv.key_stride();
   args.value_stride = kv.value_stride();
   args.scratch = ws.kernel_scratch.data();
-  for (const PositionRange& range : ranges) {
-    kv.for_each_run(range.begin, range.end,
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    // A sparse support is a list of short ranges; the kernel prefetches ahead only within a
+    // range, so ask for the start of the next range before working through this one.
+    if (i + 1 < ranges.size()) prefetch_range_start(kv, ranges[i + 1]);
+    kv.for_each_run(ranges[i].begin, ranges[i].end,
                     [&](const T* keys, const T* values, std::int64_t, std::int64_t rows) {
                       args.keys = keys;
                       args.values = values;
