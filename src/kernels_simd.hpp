@@ -268,17 +268,21 @@ struct BlockedOps : SimdOps<Arch> {
   static void score_rows_fixed(const float* queries, std::int64_t heads, std::int64_t head_dim,
                                const T* rows, std::ptrdiff_t row_stride, std::int64_t count,
                                float* out, std::ptrdiff_t out_stride) {
-    for (std::int64_t h = 0; h < heads; ++h) {
-      const float* q = queries + h * head_dim;
-      float* scores = out + h * out_stride;
-      std::int64_t r0 = 0;
-      for (; r0 + W <= count; r0 += W) {
-        score_group<kDim, T>(q, head_dim, rows + r0 * row_stride, row_stride, W).store_unaligned(scores + r0);
+    // Row groups outside, heads inside: a group of W rows is read from memory once and stays
+    // in L1 while every head scores it (the mean keys of a long cache are read in one pass).
+    std::int64_t r0 = 0;
+    for (; r0 + W <= count; r0 += W) {
+      for (std::int64_t h = 0; h < heads; ++h) {
+        score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride, row_stride, W)
+            .store_unaligned(out + h * out_stride + r0);
       }
-      if (r0 < count) {
-        alignas(64) float lanes[W];
-        score_group<kDim, T>(q, head_dim, rows + r0 * row_stride, row_stride, count - r0).store_aligned(lanes);
-        std::copy_n(lanes, count - r0, scores + r0);
+    }
+    if (r0 < count) {
+      alignas(64) float lanes[W];
+      for (std::int64_t h = 0; h < heads; ++h) {
+        score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride, row_stride, count - r0)
+            .store_aligned(lanes);
+        std::copy_n(lanes, count - r0, out + h * out_stride + r0);
       }
     }
   }

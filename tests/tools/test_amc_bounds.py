@@ -154,6 +154,11 @@ def check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, extra, label):
             check(met or (cap is not None and record["needed_k"] == cap) or record["needed_k"] == len(r["ranked"]),
                   f"{label} head {h}: target not met with needed_k {record['needed_k']}")
             check(len(blocks) == record["needed_k"], f"{label} head {h}: needed_k vs blocks")
+        if cfg["scope"] == "group":
+            first = report["heads"][g * group]
+            check(blocks == first["selected_blocks"], f"{label} head {h}: group heads must share blocks")
+            if cfg["adaptive"]:
+                check(record["needed_k"] == first["needed_k"], f"{label} head {h}: group needed_k differs")
         summary_eps = max(summary_eps, record["omitted_mass"])
     check(abs(report["summary"]["max_omitted_mass"] - summary_eps) < 1e-12, f"{label}: summary max_omitted_mass")
 
@@ -180,6 +185,8 @@ def main():
             base = ["--block-size", "8", "--top-k", "3", "--sinks", "2", "--window", "16"]
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base, f"{dtype} mean/head")
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--scope", "group"], f"{dtype} mean/group")
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--scope", "group", "--combine", "max"],
+                      f"{dtype} mean/group/max")
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--score", "oracle"], f"{dtype} oracle")
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--score", "bound", "--scale", "0.2"], f"{dtype} bound")
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--target-eps", "0.05"], f"{dtype} adaptive")
@@ -212,6 +219,7 @@ def main():
         expect_usage_error(tool, [good, "--top-k", "-1"], ["top_k", "-1"], "negative k")
         expect_usage_error(tool, [good, "--scope", "layer"], ["scope", "layer"], "bad scope")
         expect_usage_error(tool, [good, "--score", "max"], ["score", "max"], "bad score")
+        expect_usage_error(tool, [good, "--combine", "mean"], ["--combine", "mean"], "bad combine")
         expect_usage_error(tool, [good, "--target-eps", "2"], ["--target-eps", "2"], "bad target")
         expect_usage_error(tool, [good, "--max-k", "3"], ["--max-k needs --target-eps"], "max-k alone")
         expect_usage_error(tool, [good, "--scale", "-1"], ["scale"], "bad scale")

@@ -1,7 +1,8 @@
 // amc-bounds: omitted-mass analysis of one decode step, offline, from dumped attention inputs.
 //
 //   amc-bounds INPUT.safetensors [--block-size B] [--top-k K] [--sinks S] [--window W]
-//              [--scope head|group] [--score mean|bound|oracle] [--target-eps E [--max-k K]]
+//              [--scope head|group] [--combine sum|max] [--score mean|bound|oracle]
+//              [--target-eps E [--max-k K]]
 //              [--scale C] [--json]
 //
 // INPUT holds q [Hq, d], k [Hkv, n, d] and v [Hkv, n, d] (F32, BF16 or F16). For every query
@@ -35,6 +36,7 @@ struct Options {
   SparseConfig config;
   std::string scope = "head";
   std::string score = "mean";
+  std::string combine = "sum";
   std::optional<double> target_eps;
   std::optional<std::int64_t> max_k;
   std::optional<float> scale;
@@ -101,6 +103,10 @@ int run(const Options& options) {
   SparseConfig config = options.config;
   config.scope = parse_scope(options.scope);
   config.score = parse_score_rule(options.score);
+  if (options.combine != "sum" && options.combine != "max") {
+    fail("--combine must be 'sum' or 'max', got '" + options.combine + "'");
+  }
+  config.combine = options.combine == "sum" ? GroupCombine::sum : GroupCombine::max;
   config.scale = options.scale;
   config.validate();
   if (options.max_k && !options.target_eps) fail("--max-k needs --target-eps (it caps adaptive selection)");
@@ -158,14 +164,22 @@ int run(const Options& options) {
                                           ranking, *options.target_eps, cap));
         group_k = std::max(group_k, choices.back().needed_k);
       }
+      std::vector<std::int64_t> group_blocks;
+      if (config.scope == SelectionScope::per_group) {
+        // The group's support: the group_k best blocks of the shared ranking, which is exactly
+        // what the head that needed the most grew to.
+        select_top_k(ranking, candidate_blocks(n, config), group_k, group_blocks);
+      }
       for (std::int64_t h = 0; h < group; ++h) {
-        if (config.scope == SelectionScope::per_group && choices[h].needed_k < group_k) {
-          choices[h] = adaptive_select(std::span<const float>(queries.row(h).data(), d), scale, kv, summaries, config,
-                                       ranking, 0.0, group_k);  // target 0: grow to exactly group_k
+        if (config.scope == SelectionScope::per_group) {
+          selected[h] = group_blocks;
+          build_support(n, config, group_blocks, supports[h]);
+          needed[h] = group_k;
+        } else {
+          supports[h] = choices[h].support;
+          selected[h] = choices[h].blocks;
+          needed[h] = choices[h].needed_k;
         }
-        supports[h] = choices[h].support;
-        selected[h] = choices[h].blocks;
-        needed[h] = choices[h].needed_k;
         RowMatrix out(1, d);
         std::vector<HeadResult> result(1);
         decode_support(queries.middleRows(h, 1), kv, supports[h], scale, out, result);
@@ -281,6 +295,8 @@ int main(int argc, char** argv) {
   app.add_option("--window", options.config.window, "always-kept last positions (default 64)");
   app.add_option("--scope", options.scope, "selection per query head or per GQA group: head|group (default head)");
   app.add_option("--score", options.score, "block scoring: mean|bound|oracle (default mean)");
+  app.add_option("--combine", options.combine,
+                 "per-group scope: combine the heads' softmax-normalised block scores by sum|max (default sum)");
   app.add_option("--target-eps", options.target_eps, "adaptive: add blocks until the certified omitted mass <= E");
   app.add_option("--max-k", options.max_k, "adaptive: at most K blocks (default: all)");
   app.add_option("--scale", options.scale, "attention scale (default 1/sqrt(d))");
