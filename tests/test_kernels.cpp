@@ -106,8 +106,11 @@ TEST_CASE("max, exp_sum, stream_sum, scale and channel_bound match double loops"
         const float got_sum = table->exp_sum(x, n, shift);
         REQUIRE(std::abs(got_sum - want_sum) <= 2e-6 * want_sum + 1e-30);
         for (std::int64_t i = 0; i < n; ++i) {
-          const double want = std::exp(static_cast<double>(before[offset + i]) - shift);
-          REQUIRE(std::abs(x[i] - want) <= 2e-6 * want);
+          // The kernels' exp (xsimd's on SIMD tables, libm's on scalar) is documented to stay
+          // within 2.5e-7 relative (about 2 ulp) of exp of its f32 argument x - shift.
+          const float argument = before[offset + i] - shift;
+          const double want = std::exp(static_cast<double>(argument));
+          REQUIRE(std::abs(x[i] - want) <= 2.5e-7 * want);
         }
 
         double want_stream = 0.0, stream_magnitude = 0.0;
