@@ -56,6 +56,28 @@ void score_rows_entry(const float* queries, std::int64_t heads, std::int64_t hea
   }
 }
 
+/// Folds one chunk's scores ([heads, kAttendChunk], `rows` used) into the running states: the
+/// scores become weights exp(s - new max) in place, and what was accumulated under an older,
+/// smaller max is rescaled once per chunk.
+template <class Ops>
+void fold_chunk_scores(const AttendArgs& a, float* scores, std::int64_t rows) {
+  for (std::int64_t h = 0; h < a.heads; ++h) {
+    float* head_scores = scores + h * kAttendChunk;
+    const float old_max = a.running_max[h];
+    const float new_max = std::max(old_max, Ops::max(head_scores, rows));
+    const float chunk_sum = Ops::exp_sum(head_scores, rows, new_max);
+    if (new_max > old_max && a.running_sum[h] != 0.0f) {
+      // exp(-inf) would give 0 anyway; the guard spares the first chunk a pass over the
+      // accumulator.
+      const float rescale = std::exp(old_max - new_max);
+      a.running_sum[h] *= rescale;
+      Ops::scale(a.accumulator + h * a.head_dim, rescale, a.head_dim);
+    }
+    a.running_sum[h] += chunk_sum;
+    a.running_max[h] = new_max;
+  }
+}
+
 /// Online softmax over chunks of kAttendChunk rows: score the chunk for every head, fold the
 /// chunk into each head's (max, sum, accumulator) with one rescale per chunk, then stream the
 /// value rows once, adding each to every head's accumulator.
@@ -69,21 +91,7 @@ void attend_entry(const AttendArgs& a) {
     const std::int64_t rows = std::min(kAttendChunk, a.rows - first);
     score_rows_entry<Ops, T>(a.queries, a.heads, a.head_dim, keys + first * a.key_stride,
                              a.key_stride, rows, scores, kAttendChunk);
-    for (std::int64_t h = 0; h < a.heads; ++h) {
-      float* head_scores = scores + h * kAttendChunk;
-      const float old_max = a.running_max[h];
-      const float new_max = std::max(old_max, Ops::max(head_scores, rows));
-      const float chunk_sum = Ops::exp_sum(head_scores, rows, new_max);
-      if (new_max > old_max && a.running_sum[h] != 0.0f) {
-        // Rescale what was accumulated under the old max; exp(-inf) would be 0 anyway, but
-        // the guard keeps the first chunk free of a pointless pass over the accumulator.
-        const float rescale = std::exp(old_max - new_max);
-        a.running_sum[h] *= rescale;
-        Ops::scale(a.accumulator + h * a.head_dim, rescale, a.head_dim);
-      }
-      a.running_sum[h] += chunk_sum;
-      a.running_max[h] = new_max;
-    }
+    fold_chunk_scores<Ops>(a, scores, rows);
     const T* value = values + first * a.value_stride;
     for (std::int64_t r = 0; r < rows; ++r, value += a.value_stride) {
       const float* row = value_row;

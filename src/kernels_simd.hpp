@@ -425,19 +425,7 @@ struct BlockedOps : SimdOps<Arch> {
         score_rows<float>(a.queries, a.heads, a.head_dim, converted, a.head_dim, rows, scores,
                           kAttendChunk);
       }
-      for (std::int64_t h = 0; h < a.heads; ++h) {
-        float* head_scores = scores + h * kAttendChunk;
-        const float old_max = a.running_max[h];
-        const float new_max = std::max(old_max, Base::max(head_scores, rows));
-        const float chunk_sum = Base::exp_sum(head_scores, rows, new_max);
-        if (new_max > old_max && a.running_sum[h] != 0.0f) {
-          const float rescale = std::exp(old_max - new_max);
-          a.running_sum[h] *= rescale;
-          Base::scale(a.accumulator + h * a.head_dim, rescale, a.head_dim);
-        }
-        a.running_sum[h] += chunk_sum;
-        a.running_max[h] = new_max;
-      }
+      fold_chunk_scores<Base>(a, scores, rows);
       accumulate_values_any(a.heads, scores, chunk_values, a.value_stride, rows, a.head_dim,
                             a.accumulator);
     }

@@ -283,9 +283,10 @@ struct Layout {
   std::uint64_t data_size = 0;
 };
 
-void check_utf8(const std::string& text, const char* where, std::string_view what) {
+/// `text` as a JSON string literal; throws amc::error naming `what` if it is not valid UTF-8.
+std::string quoted(const std::string& text, const char* where, std::string_view what) {
   try {
-    static_cast<void>(json(text).dump());
+    return json(text).dump();
   } catch (const json::type_error&) {
     detail::throw_error(where, what, " is not valid UTF-8");
   }
@@ -293,14 +294,22 @@ void check_utf8(const std::string& text, const char* where, std::string_view wha
 
 Layout plan_layout(std::span<const TensorToWrite> tensors,
                    const std::map<std::string, std::string>& metadata, const char* where) {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  // The header text is assembled by hand: nlohmann::ordered_json (needed to keep the given
+  // order) looks keys up linearly, which is quadratic for files with many tensors.
+  Layout layout;
+  std::string& header = layout.header;
+  header = "{";
   if (!metadata.empty()) {
-    auto& entries = header["__metadata__"] = nlohmann::ordered_json::object();
+    header += "\"__metadata__\":{";
+    bool first = true;
     for (const auto& [key, value] : metadata) {
-      check_utf8(key, where, "metadata key '" + key + "'");
-      check_utf8(value, where, "metadata value for key '" + key + "'");
-      entries[key] = value;
+      if (!first) header += ',';
+      first = false;
+      header += quoted(key, where, "metadata key '" + key + "'");
+      header += ':';
+      header += quoted(value, where, "metadata value for key '" + key + "'");
     }
+    header += '}';
   }
   std::set<std::string_view> names;
   std::uint64_t offset = 0;
@@ -310,7 +319,6 @@ Layout plan_layout(std::span<const TensorToWrite> tensors,
               "tensor name '__metadata__' is reserved for the metadata entry");
     AMC_CHECK(names.insert(tensor.name).second, where, "duplicate tensor name (tensor '",
               tensor.name, "')");
-    check_utf8(tensor.name, where, "tensor name");
     for (const std::int64_t dim : tensor.shape) {
       AMC_CHECK(dim >= 0, where, "negative dimension ", dim, " in shape ",
                 shape_string(tensor.shape), " (tensor '", tensor.name, "')");
@@ -326,19 +334,28 @@ Layout plan_layout(std::span<const TensorToWrite> tensors,
     std::uint64_t end = 0;
     AMC_CHECK(!__builtin_add_overflow(offset, extent->bytes, &end), where,
               "total data size overflows 64 bits (tensor '", tensor.name, "')");
-    header[tensor.name] = {{"dtype", to_string(tensor.dtype)},
-                           {"shape", tensor.shape},
-                           {"data_offsets", {offset, end}}};
+    if (header.size() > 1) header += ',';
+    header += quoted(tensor.name, where, "tensor name");
+    header += ":{\"dtype\":\"";
+    header += to_string(tensor.dtype);
+    header += "\",\"shape\":[";
+    for (std::size_t i = 0; i < tensor.shape.size(); ++i) {
+      if (i > 0) header += ',';
+      header += std::to_string(tensor.shape[i]);
+    }
+    header += "],\"data_offsets\":[";
+    header += std::to_string(offset);
+    header += ',';
+    header += std::to_string(end);
+    header += "]}";
     offset = end;
   }
-  Layout layout;
-  layout.header = header.dump();
+  header += '}';
   // Readers may reinterpret tensor bytes in place; padding the header with spaces (valid JSON
   // whitespace) to a multiple of 8 makes the data buffer start 8-aligned in the file.
-  layout.header.append((8 - layout.header.size() % 8) % 8, ' ');
-  AMC_CHECK(layout.header.size() <= SafetensorsFile::max_header_size, where, "header of ",
-            layout.header.size(), " bytes exceeds the ", SafetensorsFile::max_header_size,
-            "-byte limit readers accept");
+  header.append((8 - header.size() % 8) % 8, ' ');
+  AMC_CHECK(header.size() <= SafetensorsFile::max_header_size, where, "header of ", header.size(),
+            " bytes exceeds the ", SafetensorsFile::max_header_size, "-byte limit readers accept");
   layout.data_size = offset;
   return layout;
 }
