@@ -220,6 +220,17 @@ struct BlockedOps : SimdOps<Arch> {
   static constexpr std::int64_t W = Base::W;
   static constexpr std::int64_t kHeadGroup = 8;
 
+  template <KvStorage T>
+  static void prefetch_rows(const T* rows, std::ptrdiff_t stride, std::int64_t count,
+                            std::int64_t head_dim) {
+    constexpr std::int64_t kLine = 64 / static_cast<std::int64_t>(sizeof(T));  // elements per line
+    for (std::int64_t r = 0; r < count; ++r) {
+      for (std::int64_t i = 0; i < head_dim; i += kLine) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows + r * stride + i), _MM_HINT_T0);
+      }
+    }
+  }
+
   /// Vector registers of the instruction set (AVX-512: 32, AVX/SSE: 16).
   static constexpr int kRegisters = W == 16 ? 32 : 16;
 
@@ -272,6 +283,8 @@ struct BlockedOps : SimdOps<Arch> {
     // in L1 while every head scores it (the mean keys of a long cache are read in one pass).
     std::int64_t r0 = 0;
     for (; r0 + W <= count; r0 += W) {
+      // Long scans (the mean keys of a long cache) stream from memory: ask two groups ahead.
+      if (r0 + 3 * W <= count) prefetch_rows(rows + (r0 + 2 * W) * row_stride, row_stride, W, head_dim);
       for (std::int64_t h = 0; h < heads; ++h) {
         score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride, row_stride, W)
             .store_unaligned(out + h * out_stride + r0);
@@ -363,17 +376,6 @@ struct BlockedOps : SimdOps<Arch> {
         case 6: accumulate_values<6>(w, values, stride, rows, head_dim, acc); break;
         case 7: accumulate_values<7>(w, values, stride, rows, head_dim, acc); break;
         default: accumulate_values<8>(w, values, stride, rows, head_dim, acc); break;
-      }
-    }
-  }
-
-  template <KvStorage T>
-  static void prefetch_rows(const T* rows, std::ptrdiff_t stride, std::int64_t count,
-                            std::int64_t head_dim) {
-    constexpr std::int64_t kLine = 64 / static_cast<std::int64_t>(sizeof(T));  // elements per line
-    for (std::int64_t r = 0; r < count; ++r) {
-      for (std::int64_t i = 0; i < head_dim; i += kLine) {
-        _mm_prefetch(reinterpret_cast<const char*>(rows + r * stride + i), _MM_HINT_T0);
       }
     }
   }
