@@ -46,39 +46,45 @@ constexpr std::array<std::pair<std::string_view, Dtype>, 15> dtype_names{{
     {"U64", Dtype::U64},
 }};
 
-/// The C++ type that data<T>() accepts for `dtype`, for error messages that say what to call.
-std::string_view view_type_for(Dtype dtype) {
+/// The C++ element type of `dtype` in data<T>() (the inverse of dtype_of), or "" if none.
+std::string_view cpp_type_for(Dtype dtype) {
   switch (dtype) {
     case Dtype::F32:
-      return "data<float>()";
+      return "float";
     case Dtype::F64:
-      return "data<double>()";
+      return "double";
     case Dtype::BF16:
-      return "data<amc::bf16>()";
+      return "amc::bf16";
     case Dtype::F16:
-      return "data<amc::f16>()";
+      return "amc::f16";
     case Dtype::I8:
-      return "data<std::int8_t>()";
+      return "std::int8_t";
     case Dtype::U8:
-      return "data<std::uint8_t>()";
+      return "std::uint8_t";
     case Dtype::I16:
-      return "data<std::int16_t>()";
+      return "std::int16_t";
     case Dtype::U16:
-      return "data<std::uint16_t>()";
+      return "std::uint16_t";
     case Dtype::I32:
-      return "data<std::int32_t>()";
+      return "std::int32_t";
     case Dtype::U32:
-      return "data<std::uint32_t>()";
+      return "std::uint32_t";
     case Dtype::I64:
-      return "data<std::int64_t>()";
+      return "std::int64_t";
     case Dtype::U64:
-      return "data<std::uint64_t>()";
+      return "std::uint64_t";
     case Dtype::BOOL:
     case Dtype::F8_E5M2:
     case Dtype::F8_E4M3:
       break;
   }
-  return "bytes()";
+  return "";
+}
+
+/// The accessor that reads `dtype` without conversion, for error messages that say what to call.
+std::string view_type_for(Dtype dtype) {
+  const std::string_view type = cpp_type_for(dtype);
+  return type.empty() ? std::string("bytes()") : "data<" + std::string(type) + ">()";
 }
 
 bool converts_to_f32(Dtype dtype) {
@@ -110,8 +116,9 @@ void append_brief(std::string& out, const json& value, int depth) {
     for (auto item = value.begin(); item != value.end() && out.size() <= limit; ++item) {
       if (!first) out += ',';
       first = false;
-      if (!array)
+      if (!array) {
         out += json(item.key()).dump(-1, ' ', false, json::error_handler_t::replace) + ':';
+      }
       append_brief(out, item.value(), depth + 1);
     }
     out += array ? ']' : '}';
@@ -207,72 +214,103 @@ class HeaderErrors {
 /// Deepest nesting of arrays and objects accepted in a header. A valid header needs 3 (top,
 /// entry, shape); the reference reader (serde_json) stops at 128. Without a limit a hostile
 /// 100 MB header nested millions deep costs gigabytes and tens of seconds to parse.
-constexpr int max_header_depth = 64;
+constexpr std::size_t max_header_depth = 64;
 
-/// Runs while nlohmann parses: tracks the keys of every open JSON object, because nlohmann
-/// silently keeps the last of duplicate keys and a duplicate tensor name must be refused, and
-/// stops the parse as soon as the nesting exceeds max_header_depth.
-class HeaderParseCheck {
+/// Builds the header's DOM from nlohmann's SAX events, refusing duplicate keys (nlohmann's own
+/// parser silently keeps the last one, and a duplicate tensor name must be refused) and
+/// nesting deeper than max_header_depth. nlohmann's parser-callback API could do the same but
+/// rescans the parent object after every child, which is quadratic in the number of tensors.
+class HeaderBuilder final : public nlohmann::json_sax<json> {
  public:
-  explicit HeaderParseCheck(const HeaderErrors& errors) : errors_(errors) {}
+  HeaderBuilder(json& root, const HeaderErrors& errors) : root_(root), errors_(errors) {}
 
-  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-        enter();
-        // The key just read names this object in its parent (empty at the top level).
-        open_.push_back(Level{{}, open_.empty() ? std::string() : last_key_});
-        break;
-      case json::parse_event_t::object_end:
-        --depth_;
-        if (!open_.empty()) open_.pop_back();
-        break;
-      case json::parse_event_t::array_start:
-        enter();
-        break;
-      case json::parse_event_t::array_end:
-        --depth_;
-        break;
-      case json::parse_event_t::key: {
-        last_key_ = parsed.get<std::string>();
-        if (!open_.empty() && !open_.back().keys.insert(last_key_).second) report();
-        break;
-      }
-      default:
-        break;
-    }
+  bool null() override { return add(json(nullptr)); }
+  bool boolean(bool value) override { return add(json(value)); }
+  bool number_integer(number_integer_t value) override { return add(json(value)); }
+  bool number_unsigned(number_unsigned_t value) override { return add(json(value)); }
+  bool number_float(number_float_t value, const string_t& /*text*/) override {
+    return add(json(value));
+  }
+  bool string(string_t& value) override { return add(json(std::move(value))); }
+  bool binary(binary_t& value) override { return add(json::binary(std::move(value))); }
+
+  bool start_object(std::size_t /*elements*/) override { return open(json::object()); }
+  bool start_array(std::size_t /*elements*/) override { return open(json::array()); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+
+  bool key(string_t& name) override {
+    const auto [slot, inserted] = open_.back().value->emplace(name, nullptr);
+    if (!inserted) report_duplicate(name);
+    slot_ = &slot.value();
+    last_key_ = name;
     return true;
   }
 
+  bool parse_error(std::size_t position, const std::string& /*last_token*/,
+                   const json::exception& error) override {
+    // nlohmann counts bytes read (1-based); report the 0-based file offset of the bad byte.
+    errors_.fail("header is not valid UTF-8 JSON (byte offset ",
+                 8 + static_cast<std::uint64_t>(position > 0 ? position - 1 : 0),
+                 "): ", printable(error.what()));
+  }
+
  private:
-  struct Level {
-    std::set<std::string> keys;
-    std::string name;
+  struct Open {
+    json* value;
+    std::string name;  // the key this container has in its parent ("" at the top)
   };
 
-  void enter() {
-    if (++depth_ > max_header_depth) {
+  /// Stores `value` where the parser is: the root, the next array element or the slot of
+  /// the key just read. Returns its address for containers.
+  json* place(json&& value) {
+    if (open_.empty()) {
+      root_ = std::move(value);
+      return &root_;
+    }
+    json& parent = *open_.back().value;
+    if (parent.is_array()) {
+      parent.push_back(std::move(value));
+      return &parent.back();
+    }
+    *slot_ = std::move(value);
+    return slot_;
+  }
+  bool add(json&& value) {
+    place(std::move(value));
+    return true;
+  }
+  bool open(json&& container) {
+    if (open_.size() >= max_header_depth) {
       errors_.fail("header nests arrays and objects deeper than ", max_header_depth,
                    " levels (inside '", last_key_, "')");
     }
+    std::string name = open_.empty() || open_.back().value->is_array() ? std::string() : last_key_;
+    json* placed = place(std::move(container));
+    open_.push_back(Open{placed, std::move(name)});
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    return true;
   }
 
-  [[noreturn]] void report() const {
+  [[noreturn]] void report_duplicate(const std::string& key) const {
     if (open_.size() == 1) {
-      if (last_key_ == "__metadata__") errors_.fail("duplicate '__metadata__' entry in the header");
-      errors_.fail("duplicate tensor name (tensor '", last_key_, "')");
+      if (key == "__metadata__") errors_.fail("duplicate '__metadata__' entry in the header");
+      errors_.fail("duplicate tensor name (tensor '", key, "')");
     }
     if (open_.size() == 2) {
-      errors_.fail("duplicate key '", last_key_, "' in entry '", open_.back().name, "'");
+      errors_.fail("duplicate key '", key, "' in entry '", open_.back().name, "'");
     }
-    errors_.fail("duplicate key '", last_key_, "' in the header (inside '", open_.back().name,
-                 "')");
+    errors_.fail("duplicate key '", key, "' in the header (inside '", open_.back().name, "')");
   }
 
+  json& root_;
   const HeaderErrors& errors_;
-  std::vector<Level> open_;
+  std::vector<Open> open_;
+  json* slot_ = nullptr;
   std::string last_key_;
-  int depth_ = 0;
 };
 
 // --- writer helpers -------------------------------------------------------------------------
@@ -298,7 +336,7 @@ Layout plan_layout(std::span<const TensorToWrite> tensors,
   // order) looks keys up linearly, which is quadratic for files with many tensors.
   Layout layout;
   std::string& header = layout.header;
-  header = "{";
+  header.push_back('{');  // not `= "{"`: GCC 12 -O3 then misreports -Wrestrict
   if (!metadata.empty()) {
     header += "\"__metadata__\":{";
     bool first = true;
@@ -625,17 +663,10 @@ void SafetensorsFile::parse(const char* where) {
                 "): it contains a NUL byte");
   }
   json header;
-  try {
-    HeaderParseCheck check(errors);
-    header = json::parse(text, text + header_size, std::ref(check));
-  } catch (const json::parse_error& parse_error) {
-    // nlohmann counts bytes read (1-based); report the 0-based file offset of the bad byte.
-    const std::uint64_t offset = 8 + (parse_error.byte > 0 ? parse_error.byte - 1 : 0);
-    errors.fail("header is not valid UTF-8 JSON (byte offset ", offset,
-                "): ", printable(parse_error.what()));
-  } catch (const json::exception& json_error) {
-    errors.fail("header cannot be parsed (byte offset 8): ", printable(json_error.what()));
-  }
+  HeaderBuilder builder(header, errors);
+  // strict: the whole header must be one JSON value (trailing spaces allowed).
+  static_cast<void>(
+      json::sax_parse(text, text + header_size, &builder, json::input_format_t::json, true));
   if (!header.is_object()) {
     errors.fail("header is not a JSON object but ", header.type_name(), " (byte offset 8)");
   }
@@ -781,9 +812,10 @@ std::span<const std::byte> SafetensorsFile::bytes(const TensorInfo& info) const 
   return {base() + data_offset_ + info.begin, static_cast<std::size_t>(info.byte_size())};
 }
 
-void SafetensorsFile::check_view(const TensorInfo& info, Dtype requested, std::size_t alignment,
-                                 std::string_view requested_type) const {
+void SafetensorsFile::check_view(const TensorInfo& info, Dtype requested,
+                                 std::size_t alignment) const {
   constexpr const char* where = "amc::SafetensorsFile::data";
+  const std::string_view requested_type = cpp_type_for(requested);
   AMC_CHECK(info.dtype == requested, where, source_, ": tensor '", info.name, "' is stored as ",
             to_string(info.dtype), " but ", requested_type, " (", to_string(requested),
             ") was requested; use ", view_type_for(info.dtype),
@@ -793,7 +825,8 @@ void SafetensorsFile::check_view(const TensorInfo& info, Dtype requested, std::s
   AMC_CHECK(address % alignment == 0, where, source_, ": tensor '", info.name, "' (",
             to_string(info.dtype), ") starts at byte offset ", data_offset_ + info.begin,
             ", which is not aligned to ", alignment, " bytes for ", requested_type,
-            " in memory; use to_f32() or bytes(), which copy");
+            " in memory; use ",
+            converts_to_f32(info.dtype) ? "to_f32() or bytes(), which copy" : "bytes() and copy");
 }
 
 std::vector<float> SafetensorsFile::to_f32(std::string_view name) const {

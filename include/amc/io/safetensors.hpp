@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "amc/storage.hpp"
@@ -107,14 +108,17 @@ struct TensorInfo {
 ///
 /// open() maps the file (POSIX mmap, read-only, private) and from_bytes() takes an in-memory
 /// buffer; both validate the whole header before returning, so every accessor afterwards stays
-/// inside the buffer. Validation: at least 8 bytes; header length N within the file and at
-/// most 100,000,000 bytes; the header a UTF-8 JSON object without duplicate keys; an optional
-/// "__metadata__" object of string values; every other entry with a known "dtype", a "shape"
-/// of non-negative integers and "data_offsets" [begin, end] with begin <= end; each range
-/// exactly prod(shape) * dtype_size bytes (overflow-checked); ranges, sorted, contiguous from
-/// 0 with no hole or overlap and ending exactly at the end of the file. Zero-size and 0-rank
-/// tensors are valid; unknown fields inside an entry are ignored. Any violation throws
-/// amc::error "amc::SafetensorsFile::open: <file>: <what> (tensor '<name>', ...)".
+/// inside the buffer. Validation: at least 8 bytes; header length N at most 100,000,000 and
+/// within the file; the header one UTF-8 JSON object (no NUL bytes, no duplicate keys at any
+/// level, nesting at most 64 deep, trailing spaces allowed); an optional "__metadata__" object
+/// of string values; every other entry an object with a known "dtype", a "shape" of
+/// non-negative integers and "data_offsets" [begin, end] with begin <= end; each range exactly
+/// prod(shape) * dtype_size bytes (overflow-checked); the ranges, sorted, contiguous from 0
+/// with no hole or overlap and ending exactly at the end of the file. Zero-size and 0-rank
+/// tensors are valid; unknown fields inside an entry are ignored, as the reference reader
+/// does. Any violation throws amc::error "amc::SafetensorsFile::open: <file>: <what> (tensor
+/// '<name>', byte offset <file offset>)" (from_bytes: its own name and the source name), with
+/// whichever of tensor and offset locate the problem.
 ///
 /// Alignment: tensor bytes start at 8 + N + begin in the file. Writers that pad the header to
 /// a multiple of 8 (amc's does) make that 8-aligned only if `begin` is, which depends on the
@@ -122,7 +126,8 @@ struct TensorInfo {
 /// handing out a misaligned T pointer; to_f32() and bytes() work on any alignment.
 ///
 /// If another process truncates a mapped file, reading the lost pages raises SIGBUS; amc
-/// cannot guard against that, as with any mmap-based reader.
+/// cannot guard against that, as with any mmap-based reader. A moved-from file is empty (no
+/// tensors, no metadata).
 class SafetensorsFile {
  public:
   /// Header lengths above this are refused (the limit of the reference implementation).
@@ -174,7 +179,7 @@ class SafetensorsFile {
   std::span<const T> data(std::string_view name) const {
     const TensorInfo& info = at(name);
     const std::span<const std::byte> raw = bytes(info);
-    check_view(info, dtype_of<T>, alignof(T), type_name<T>());
+    check_view(info, dtype_of<T>, alignof(T));
     if (raw.empty()) return {};
     // check_view proved the dtype (hence size and layout) and the alignment; the mapping or
     // buffer is an implicit-lifetime byte array, so viewing it as T is well defined.
@@ -193,37 +198,8 @@ class SafetensorsFile {
   SafetensorsFile() = default;
   const std::byte* base() const noexcept;
   void parse(const char* where);
-  void check_view(const TensorInfo& info, Dtype requested, std::size_t alignment,
-                  std::string_view requested_type) const;
+  void check_view(const TensorInfo& info, Dtype requested, std::size_t alignment) const;
   void release() noexcept;
-
-  template <class T>
-  static constexpr std::string_view type_name() {
-    if constexpr (std::same_as<T, float>)
-      return "float";
-    else if constexpr (std::same_as<T, double>)
-      return "double";
-    else if constexpr (std::same_as<T, bf16>)
-      return "amc::bf16";
-    else if constexpr (std::same_as<T, f16>)
-      return "amc::f16";
-    else if constexpr (std::same_as<T, std::int8_t>)
-      return "std::int8_t";
-    else if constexpr (std::same_as<T, std::uint8_t>)
-      return "std::uint8_t";
-    else if constexpr (std::same_as<T, std::int16_t>)
-      return "std::int16_t";
-    else if constexpr (std::same_as<T, std::uint16_t>)
-      return "std::uint16_t";
-    else if constexpr (std::same_as<T, std::int32_t>)
-      return "std::int32_t";
-    else if constexpr (std::same_as<T, std::uint32_t>)
-      return "std::uint32_t";
-    else if constexpr (std::same_as<T, std::int64_t>)
-      return "std::int64_t";
-    else
-      return "std::uint64_t";
-  }
 
   std::string source_;
   // Exactly one of the two backings holds the file image: an mmap (open) or a vector
