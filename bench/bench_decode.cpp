@@ -8,7 +8,10 @@
 // directly with BM_StreamRead, a plain SIMD read of the same bytes.
 #include <benchmark/benchmark.h>
 
+#include <sys/mman.h>
+
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -36,13 +39,41 @@ SparseConfig sparse_config() {
   return c;
 }
 
+/// A buffer in 2 MiB pages where the kernel allows it (transparent huge pages on request), as
+/// an engine's KV cache would be: a sparse step touches a new 4 KiB page with every block, and
+/// with small pages the benchmark would measure page walks rather than attention.
+template <class T>
+class HugeBuffer {
+ public:
+  explicit HugeBuffer(std::size_t count) : count_(count) {
+    constexpr std::size_t kHuge = std::size_t{2} << 20;
+    const std::size_t bytes = (count * sizeof(T) + kHuge - 1) / kHuge * kHuge;
+    data_ = static_cast<T*>(std::aligned_alloc(kHuge, bytes));
+    if (data_ == nullptr) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    madvise(data_, bytes, MADV_HUGEPAGE);  // a hint: failure only costs speed
+#endif
+  }
+  HugeBuffer(const HugeBuffer&) = delete;
+  HugeBuffer& operator=(const HugeBuffer&) = delete;
+  ~HugeBuffer() { std::free(data_); }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  T& operator[](std::size_t i) { return data_[i]; }
+  std::size_t size() const { return count_; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
 /// Independent copies of one KV head [positions, head_dim] with random contents and their
 /// block summaries (mean keys only, block 32).
 template <KvStorage T>
 struct KvRing {
   std::int64_t positions = 0;
   std::int64_t copies = 0;
-  std::vector<T> keys, values;  // [copies, positions, head_dim]
+  std::unique_ptr<HugeBuffer<T>> keys_buffer, values_buffer;  // [copies, positions, head_dim]
   std::vector<BlockSummaries> summaries;
   std::int64_t next = 0;
 
@@ -50,8 +81,10 @@ struct KvRing {
     const std::int64_t bytes_per_copy = 2 * n * kHeadDim * static_cast<std::int64_t>(sizeof(T));
     copies = std::max<std::int64_t>(2, kRingBytes / bytes_per_copy);
     const auto total = static_cast<std::size_t>(copies * n * kHeadDim);
-    keys.resize(total);
-    values.resize(total);
+    keys_buffer = std::make_unique<HugeBuffer<T>>(total);
+    values_buffer = std::make_unique<HugeBuffer<T>>(total);
+    HugeBuffer<T>& keys = *keys_buffer;
+    HugeBuffer<T>& values = *values_buffer;
     std::mt19937 rng(static_cast<unsigned>(n));
     std::normal_distribution<float> normal(0.0f, 1.0f);
     // A block of random numbers reused with per-copy offsets: random enough, fast to fill.
@@ -66,7 +99,7 @@ struct KvRing {
 
   KvView<T> view(std::int64_t copy) const {
     const std::int64_t offset = copy * positions * kHeadDim;
-    return KvView<T>(keys.data() + offset, values.data() + offset, positions, kHeadDim);
+    return KvView<T>(keys_buffer->data() + offset, values_buffer->data() + offset, positions, kHeadDim);
   }
   std::int64_t advance() {
     next = (next + 1) % copies;

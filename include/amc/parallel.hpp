@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -18,6 +19,11 @@ namespace amc {
 
 class ThreadPool {
  public:
+  /// How long an idle thread spins before sleeping. Decode runs one short parallel section per
+  /// layer (tens of microseconds each); waking a sleeping thread costs about as much, so
+  /// workers poll briefly first, as OpenMP runtimes do.
+  static constexpr std::chrono::microseconds kSpin{200};
+
   /// \param threads total threads that run tasks, the caller included (>= 1); 1 means inline.
   explicit ThreadPool(int threads = 1) {
     AMC_CHECK(threads >= 1, "amc::ThreadPool", "threads must be >= 1, got ", threads);
@@ -28,7 +34,7 @@ class ThreadPool {
   ~ThreadPool() {
     {
       std::lock_guard lock(mutex_);
-      stopping_ = true;
+      stopping_.store(true);
     }
     wake_.notify_all();
     for (std::thread& worker : workers_) worker.join();
@@ -50,19 +56,34 @@ class ThreadPool {
       task_ = &task;
       count_ = count;
       next_.store(0);
-      busy_ = static_cast<int>(workers_.size());
       error_ = nullptr;
-      ++generation_;
+      busy_.store(static_cast<int>(workers_.size()));
+      generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     run_tasks();
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [this] { return busy_ == 0; });
-    task_ = nullptr;
+    spin_until([this] { return busy_.load(std::memory_order_acquire) == 0; });
+    {
+      std::unique_lock lock(mutex_);
+      done_.wait(lock, [this] { return busy_.load() == 0; });
+      task_ = nullptr;
+    }
     if (error_) std::rethrow_exception(error_);
   }
 
  private:
+  template <class Ready>
+  static bool spin_until(Ready ready) {
+    const auto deadline = std::chrono::steady_clock::now() + kSpin;
+    for (int i = 0;; ++i) {
+      if (ready()) return true;
+      if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return false;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+
   void run_tasks() {
     for (std::int64_t i = next_.fetch_add(1); i < count_; i = next_.fetch_add(1)) {
       try {
@@ -78,15 +99,20 @@ class ThreadPool {
   void work_loop() {
     std::uint64_t seen = 0;
     for (;;) {
-      {
+      auto started = [&] {
+        return stopping_.load() || generation_.load(std::memory_order_acquire) != seen;
+      };
+      if (!spin_until(started)) {
         std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-        if (stopping_) return;
-        seen = generation_;
+        wake_.wait(lock, started);
       }
+      if (stopping_.load()) return;
+      seen = generation_.load(std::memory_order_acquire);
       run_tasks();
-      std::lock_guard lock(mutex_);
-      if (--busy_ == 0) done_.notify_one();
+      if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard lock(mutex_);  // pairs with the caller's predicate check
+        done_.notify_one();
+      }
     }
   }
 
@@ -98,9 +124,9 @@ class ThreadPool {
   const std::function<void(std::int64_t)>* task_ = nullptr;
   std::int64_t count_ = 0;
   std::atomic<std::int64_t> next_{0};
-  int busy_ = 0;
-  std::uint64_t generation_ = 0;
-  bool stopping_ = false;
+  std::atomic<int> busy_{0};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
   std::exception_ptr error_;
 };
 

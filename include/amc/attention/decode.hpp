@@ -241,8 +241,13 @@ class BlockSparseDecode {
     workspace_.prepare(queries, detail::resolve_scale(config_.scale, head_dim));
     const CandidateBlocks candidates = candidate_blocks(kv.positions(), config_);
 
-    block_scores_.assign(static_cast<std::size_t>(heads * blocks),
-                         -std::numeric_limits<float>::infinity());
+    // Selectors write the candidate range; only the (few) blocks outside it are set to -inf.
+    block_scores_.resize(static_cast<std::size_t>(heads * blocks));
+    for (std::int64_t h = 0; h < heads; ++h) {
+      float* row = block_scores_.data() + h * blocks;
+      std::fill(row, row + candidates.first, -std::numeric_limits<float>::infinity());
+      std::fill(row + candidates.last, row + blocks, -std::numeric_limits<float>::infinity());
+    }
     if constexpr (requires(const GroupScoringInput& in, std::span<float> out) {
                     selector_.score_blocks_group(in, kv, out);
                   }) {

@@ -246,9 +246,9 @@ inline void combine_group_scores(std::span<const float> head_scores, std::int64_
   scratch.resize(static_cast<std::size_t>(count));
   for (std::int64_t h = 0; h < heads; ++h) {
     const float* row = head_scores.data() + h * blocks + candidates.first;
-    for (std::int64_t b = 0; b < count; ++b) {
-      scratch[static_cast<std::size_t>(b)] =
-          std::isnan(row[b]) ? -std::numeric_limits<float>::infinity() : row[b];
+    float* weights = scratch.data();
+    for (std::int64_t b = 0; b < count; ++b) {  // branchless, so it vectorises
+      weights[b] = row[b] == row[b] ? row[b] : -std::numeric_limits<float>::infinity();
     }
     const float max = table.max(scratch.data(), count);
     if (!std::isfinite(max)) continue;  // this head prefers nothing: it contributes nothing
