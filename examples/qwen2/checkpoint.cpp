@@ -1,0 +1,216 @@
+// Checkpoint loading: file discovery, the shard index, and name/shape/dtype checks per tensor.
+#include "checkpoint.hpp"
+
+#include <amc/error.hpp>
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace amc::qwen2 {
+
+std::size_t Weights::decode_bytes() const {
+  std::size_t total = lm_head.bytes();
+  for (const LayerWeights& l : layers) {
+    total += l.q.bytes() + l.k.bytes() + l.v.bytes() + l.o.bytes() + l.gate.bytes() + l.up.bytes() +
+             l.down.bytes();
+  }
+  return total;
+}
+
+Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
+Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
+Checkpoint::~Checkpoint() = default;
+
+namespace {
+
+constexpr const char* kWhere = "amc::qwen2::Checkpoint::load";
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::string read_text(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) detail::throw_error(kWhere, file.string(), ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+/// Finds tensors across the shards and turns them into checked views.
+class CheckpointLoader {
+ public:
+  explicit CheckpointLoader(Checkpoint& c) : c_(c) {}
+
+  void open_files() {
+    const std::filesystem::path single = c_.directory_ / "model.safetensors";
+    const std::filesystem::path index = c_.directory_ / "model.safetensors.index.json";
+    if (std::filesystem::exists(single)) {
+      c_.shards_.push_back(SafetensorsFile::open(single));
+      for (const TensorInfo& t : c_.shards_[0].tensors()) location_[t.name] = 0;
+      return;
+    }
+    if (!std::filesystem::exists(index)) {
+      detail::throw_error(kWhere, c_.directory_.string(),
+                          ": no model.safetensors or model.safetensors.index.json");
+    }
+    open_shards(index);
+  }
+
+  void open_shards(const std::filesystem::path& index_file) {
+    using nlohmann::json;
+    json index;
+    try {
+      index = json::parse(read_text(index_file));
+    } catch (const json::parse_error& e) {
+      detail::throw_error(kWhere, index_file.string(), ": not valid JSON: ", e.what());
+    }
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+      detail::throw_error(kWhere, index_file.string(), ": missing object 'weight_map'");
+    }
+    std::map<std::string, std::size_t> shard_of_file;
+    for (const auto& [name, file] : index["weight_map"].items()) {
+      if (!file.is_string()) {
+        detail::throw_error(kWhere, index_file.string(), ": weight_map entry for '", name,
+                            "' is not a file name");
+      }
+      const std::string shard = file.get<std::string>();
+      // Shards are plain file names next to the index: refuse paths that would leave the
+      // checkpoint directory.
+      if (shard.empty() || shard.find('/') != std::string::npos ||
+          shard.find('\\') != std::string::npos || shard == "." || shard == "..") {
+        detail::throw_error(kWhere, index_file.string(), ": weight_map entry for '", name,
+                            "' is not a plain file name: '", shard, "'");
+      }
+      auto [it, inserted] = shard_of_file.emplace(shard, c_.shards_.size());
+      if (inserted) {
+        const std::filesystem::path path = c_.directory_ / shard;
+        if (!std::filesystem::exists(path)) {
+          detail::throw_error(kWhere, index_file.string(), ": shard '", shard, "' (tensor '", name,
+                              "') does not exist");
+        }
+        c_.shards_.push_back(SafetensorsFile::open(path));
+      }
+      if (c_.shards_[it->second].find(name) == nullptr) {
+        detail::throw_error(kWhere, (c_.directory_ / shard).string(), ": tensor '", name,
+                            "' is listed in ", index_file.filename().string(),
+                            " but missing from the shard");
+      }
+      location_[name] = it->second;
+    }
+  }
+
+  bool has(const std::string& name) const { return location_.count(name) != 0; }
+
+  /// The tensor `name` with its shard, checked for presence and shape.
+  std::pair<const SafetensorsFile*, const TensorInfo*> find(
+      const std::string& name, const std::vector<std::int64_t>& shape) const {
+    const auto it = location_.find(name);
+    if (it == location_.end()) {
+      detail::throw_error(kWhere, source_name(), ": tensor '", name,
+                          "' is missing (expected shape ", shape_string(shape), ")");
+    }
+    const SafetensorsFile& file = c_.shards_[it->second];
+    const TensorInfo& info = file.at(name);
+    if (info.shape != shape) {
+      detail::throw_error(kWhere, file.source(), ": tensor '", name, "' has shape ",
+                          shape_string(info.shape), ", expected ", shape_string(shape));
+    }
+    if (info.dtype != Dtype::BF16 && info.dtype != Dtype::F16 && info.dtype != Dtype::F32) {
+      detail::throw_error(kWhere, file.source(), ": tensor '", name, "' has dtype ",
+                          to_string(info.dtype), "; expected BF16, F16 or F32");
+    }
+    return {&file, &info};
+  }
+
+  Matrix matrix(const std::string& name, std::int64_t rows, std::int64_t cols) {
+    const auto [file, info] = find(name, {rows, cols});
+    Matrix m;
+    m.rows = rows;
+    m.cols = cols;
+    const std::span<const std::byte> bytes = file->bytes(*info);
+    const std::size_t alignment = info->dtype == Dtype::F32 ? 4 : 2;
+    if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignment == 0) {
+      m.dtype = info->dtype == Dtype::F32    ? StorageType::f32
+                : info->dtype == Dtype::BF16 ? StorageType::bf16
+                                             : StorageType::f16;
+      m.data = bytes.data();
+    } else {
+      // A file whose tensors are not aligned for their type (legal, but no writer we know of
+      // makes one): fall back to an f32 copy of this matrix.
+      auto copy = std::make_unique<std::vector<float>>(file->to_f32(name));
+      m.dtype = StorageType::f32;
+      m.data = copy->data();
+      c_.owned_.push_back(std::move(copy));
+    }
+    return m;
+  }
+
+  std::vector<float> vector(const std::string& name, std::int64_t size) {
+    const auto [file, info] = find(name, {size});
+    return file->to_f32(name);
+  }
+
+ private:
+  std::string source_name() const {
+    return c_.shards_.size() == 1 ? c_.shards_[0].source()
+                                  : (c_.directory_ / "model.safetensors.index.json").string();
+  }
+
+  Checkpoint& c_;
+  std::map<std::string, std::size_t> location_;  // tensor name -> shard
+};
+
+Checkpoint Checkpoint::load(const std::filesystem::path& dir) {
+  Checkpoint c;
+  c.directory_ = dir;
+  if (!std::filesystem::is_directory(dir)) {
+    detail::throw_error(kWhere, dir.string(), ": not a directory");
+  }
+  if (!std::filesystem::exists(dir / "config.json")) {
+    detail::throw_error(kWhere, (dir / "config.json").string(), ": file not found");
+  }
+  c.config_ = load_config(dir / "config.json");
+  const Config& cfg = c.config_;
+  CheckpointLoader loader(c);
+  loader.open_files();
+
+  const std::int64_t hidden = cfg.hidden_size;
+  const std::int64_t q_rows = cfg.num_attention_heads * cfg.head_dim;
+  const std::int64_t kv_rows = cfg.num_key_value_heads * cfg.head_dim;
+  const std::int64_t inter = cfg.intermediate_size;
+  Weights& w = c.weights_;
+  w.embed = loader.matrix("model.embed_tokens.weight", cfg.vocab_size, hidden);
+  w.layers.resize(static_cast<std::size_t>(cfg.num_hidden_layers));
+  for (std::int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
+    l.input_norm = loader.vector(p + "input_layernorm.weight", hidden);
+    l.q = loader.matrix(p + "self_attn.q_proj.weight", q_rows, hidden);
+    l.q_bias = loader.vector(p + "self_attn.q_proj.bias", q_rows);
+    l.k = loader.matrix(p + "self_attn.k_proj.weight", kv_rows, hidden);
+    l.k_bias = loader.vector(p + "self_attn.k_proj.bias", kv_rows);
+    l.v = loader.matrix(p + "self_attn.v_proj.weight", kv_rows, hidden);
+    l.v_bias = loader.vector(p + "self_attn.v_proj.bias", kv_rows);
+    l.o = loader.matrix(p + "self_attn.o_proj.weight", hidden, q_rows);
+    l.post_norm = loader.vector(p + "post_attention_layernorm.weight", hidden);
+    l.gate = loader.matrix(p + "mlp.gate_proj.weight", inter, hidden);
+    l.up = loader.matrix(p + "mlp.up_proj.weight", inter, hidden);
+    l.down = loader.matrix(p + "mlp.down_proj.weight", hidden, inter);
+  }
+  w.final_norm = loader.vector("model.norm.weight", hidden);
+  w.tied = !loader.has("lm_head.weight");
+  w.lm_head = w.tied ? w.embed : loader.matrix("lm_head.weight", cfg.vocab_size, hidden);
+  return c;
+}
+
+}  // namespace amc::qwen2

@@ -1,0 +1,94 @@
+// A Qwen2 checkpoint in Hugging Face format, memory-mapped: config.json plus model.safetensors
+// (or model.safetensors.index.json and its shards). Weight matrices are used in place, in the
+// dtype the file stores (BF16, F16 or F32): nothing is converted up front, so a 1 GB bf16
+// checkpoint costs 1 GB of page cache, not 2 GB of f32 copies.
+#pragma once
+
+#include <amc/io/safetensors.hpp>
+#include <amc/storage.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config.hpp"
+
+namespace amc::qwen2 {
+
+/// A non-owning view of one weight matrix [rows, cols], row-major (a Linear's [out, in]).
+/// `data` points at rows * cols elements of `dtype`, which the owning Checkpoint keeps alive.
+struct Matrix {
+  StorageType dtype = StorageType::f32;
+  const void* data = nullptr;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+
+  std::size_t element_bytes() const { return dtype == StorageType::f32 ? 4 : 2; }
+  std::size_t bytes() const { return static_cast<std::size_t>(rows * cols) * element_bytes(); }
+  /// First element of row r (of `dtype`).
+  const void* row(std::int64_t r) const {
+    return static_cast<const std::byte*>(data) +
+           static_cast<std::size_t>(r * cols) * element_bytes();
+  }
+};
+
+/// One decoder layer. Vectors (norm weights, biases) are small, so they are kept as f32 copies.
+struct LayerWeights {
+  std::vector<float> input_norm;  ///< [hidden]
+  Matrix q;                       ///< [heads * head_dim, hidden]
+  Matrix k;                       ///< [kv_heads * head_dim, hidden]
+  Matrix v;                       ///< [kv_heads * head_dim, hidden]
+  std::vector<float> q_bias;      ///< [heads * head_dim]
+  std::vector<float> k_bias;      ///< [kv_heads * head_dim]
+  std::vector<float> v_bias;      ///< [kv_heads * head_dim]
+  Matrix o;                       ///< [hidden, heads * head_dim], no bias
+  std::vector<float> post_norm;   ///< [hidden]
+  Matrix gate;                    ///< [intermediate, hidden]
+  Matrix up;                      ///< [intermediate, hidden]
+  Matrix down;                    ///< [hidden, intermediate]
+};
+
+struct Weights {
+  Matrix embed;                      ///< [vocab, hidden]
+  std::vector<LayerWeights> layers;  ///< [layers]
+  std::vector<float> final_norm;     ///< [hidden]
+  Matrix lm_head;                    ///< [vocab, hidden]; the embedding itself when tied
+  bool tied = true;                  ///< no lm_head.weight in the checkpoint
+
+  /// Bytes of the matrices one decode step reads (every layer matrix and the unembedding).
+  std::size_t decode_bytes() const;
+};
+
+class Checkpoint {
+ public:
+  /// Loads DIR: config.json, then model.safetensors, or model.safetensors.index.json and the
+  /// shards it names. Throws amc::error "amc::qwen2::Checkpoint::load: <file>: ..." naming the
+  /// missing file, the missing tensor, or the tensor with its expected and found shape.
+  static Checkpoint load(const std::filesystem::path& dir);
+
+  Checkpoint(Checkpoint&&) noexcept;
+  Checkpoint& operator=(Checkpoint&&) noexcept;
+  ~Checkpoint();
+
+  const Config& config() const { return config_; }
+  const Weights& weights() const { return weights_; }
+  const std::filesystem::path& directory() const { return directory_; }
+  /// The safetensors files the weights live in (one, or the shards).
+  std::size_t shard_count() const { return shards_.size(); }
+
+ private:
+  Checkpoint() = default;
+
+  std::filesystem::path directory_;
+  Config config_;
+  std::vector<SafetensorsFile> shards_;
+  // Matrices whose bytes in the file are not aligned for in-place use, converted to f32.
+  std::vector<std::unique_ptr<std::vector<float>>> owned_;
+  Weights weights_;
+
+  friend class CheckpointLoader;
+};
+
+}  // namespace amc::qwen2

@@ -1,0 +1,162 @@
+// KV cache storage, conversion on write, summaries, random fill.
+#include "kv_cache.hpp"
+
+#include <amc/error.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+
+namespace amc::qwen2 {
+
+KvCache::KvCache(std::int64_t layers, std::int64_t kv_heads, std::int64_t head_dim,
+                 KvCacheOptions options)
+    : layers_(layers), kv_heads_(kv_heads), head_dim_(head_dim), options_(options) {
+  constexpr const char* where = "amc::qwen2::KvCache";
+  AMC_CHECK(layers > 0 && kv_heads > 0 && head_dim > 0, where,
+            "layers, kv_heads and head_dim must be positive, got ", layers, ", ", kv_heads, ", ",
+            head_dim);
+  AMC_CHECK(options.dtype == StorageType::bf16 || options.dtype == StorageType::f32, where,
+            "dtype must be bf16 or f32, got ", to_string(options.dtype));
+  AMC_CHECK(options.block_size >= 0, where, "block_size must be >= 0, got ", options.block_size);
+  const auto heads = static_cast<std::size_t>(layers * kv_heads);
+  if (options.dtype == StorageType::bf16) {
+    keys_bf16_.resize(heads);
+    values_bf16_.resize(heads);
+  } else {
+    keys_f32_.resize(heads);
+    values_f32_.resize(heads);
+  }
+  if (options.block_size > 0) {
+    summaries_.assign(heads, BlockSummaries(options.block_size, head_dim, options.summaries));
+  }
+}
+
+std::size_t KvCache::bytes_per_position() const {
+  const std::size_t element = options_.dtype == StorageType::bf16 ? 2 : 4;
+  return static_cast<std::size_t>(2 * layers_ * kv_heads_ * head_dim_) * element;
+}
+
+void KvCache::grow(std::int64_t rows) {
+  if (rows <= capacity_) return;
+  const auto elements = static_cast<std::size_t>(rows * head_dim_);
+  for (auto* buffers : {&keys_bf16_, &values_bf16_}) {
+    for (auto& b : *buffers) b.resize(elements);
+  }
+  for (auto* buffers : {&keys_f32_, &values_f32_}) {
+    for (auto& b : *buffers) b.resize(elements);
+  }
+  for (BlockSummaries& s : summaries_) s.reserve(rows);
+  capacity_ = rows;
+}
+
+void KvCache::reserve(std::int64_t positions) { grow(positions); }
+
+void KvCache::write(std::int64_t layer, const float* keys, const float* values, std::int64_t n,
+                    std::int64_t row_stride) {
+  AMC_DASSERT(layer >= 0 && layer < layers_);
+  // Appends double the capacity, so a token-by-token decode reallocates O(log n) times.
+  if (positions_ + n > capacity_) grow(std::max(positions_ + n, 2 * capacity_));
+  const auto d = static_cast<std::size_t>(head_dim_);
+  for (std::int64_t h = 0; h < kv_heads_; ++h) {
+    const std::size_t i = index(layer, h);
+    auto store = [&](auto& key_buffers, auto& value_buffers) {
+      auto* k = key_buffers[i].data() + static_cast<std::size_t>(positions_) * d;
+      auto* v = value_buffers[i].data() + static_cast<std::size_t>(positions_) * d;
+      using T = std::remove_reference_t<decltype(*k)>;
+      for (std::int64_t t = 0; t < n; ++t) {
+        const float* key_row = keys + t * row_stride + h * head_dim_;
+        const float* value_row = values + t * row_stride + h * head_dim_;
+        T* k_out = k + static_cast<std::size_t>(t) * d;
+        T* v_out = v + static_cast<std::size_t>(t) * d;
+        for (std::size_t c = 0; c < d; ++c) {
+          k_out[c] = from_float<T>(key_row[c]);
+          v_out[c] = from_float<T>(value_row[c]);
+        }
+        // Summaries describe the keys as stored, so selection sees what attention reads.
+        if (!summaries_.empty()) {
+          summaries_[i].append(std::span<const T>(k_out, d), std::span<const T>(v_out, d));
+        }
+      }
+    };
+    if (options_.dtype == StorageType::bf16) {
+      store(keys_bf16_, values_bf16_);
+    } else {
+      store(keys_f32_, values_f32_);
+    }
+  }
+}
+
+void KvCache::commit(std::int64_t n) { positions_ += n; }
+
+template <KvStorage T>
+KvView<T> KvCache::view(std::int64_t layer, std::int64_t head, std::int64_t positions) const {
+  AMC_DASSERT(positions <= capacity_);
+  const std::size_t i = index(layer, head);
+  if constexpr (std::same_as<T, bf16>) {
+    AMC_CHECK(options_.dtype == StorageType::bf16, "amc::qwen2::KvCache::view", "the cache stores ",
+              to_string(options_.dtype), ", not bf16");
+    return KvView<bf16>(keys_bf16_[i].data(), values_bf16_[i].data(), positions, head_dim_);
+  } else if constexpr (std::same_as<T, float>) {
+    AMC_CHECK(options_.dtype == StorageType::f32, "amc::qwen2::KvCache::view", "the cache stores ",
+              to_string(options_.dtype), ", not f32");
+    return KvView<float>(keys_f32_[i].data(), values_f32_[i].data(), positions, head_dim_);
+  } else {
+    static_assert(std::same_as<T, bf16> || std::same_as<T, float>, "bf16 or f32 caches only");
+  }
+}
+
+template KvView<bf16> KvCache::view<bf16>(std::int64_t, std::int64_t, std::int64_t) const;
+template KvView<float> KvCache::view<float>(std::int64_t, std::int64_t, std::int64_t) const;
+
+void KvCache::clear() {
+  positions_ = 0;
+  for (BlockSummaries& s : summaries_) s.clear();
+}
+
+void KvCache::rebuild_summaries() {
+  for (std::int64_t l = 0; l < layers_; ++l) {
+    for (std::int64_t h = 0; h < kv_heads_; ++h) {
+      BlockSummaries& s = summaries_[index(l, h)];
+      if (options_.dtype == StorageType::bf16) {
+        s.rebuild(view<bf16>(l, h, positions_));
+      } else {
+        s.rebuild(view<float>(l, h, positions_));
+      }
+    }
+  }
+}
+
+void KvCache::fill_random(std::int64_t positions, std::uint64_t seed) {
+  AMC_CHECK(positions >= 0, "amc::qwen2::KvCache::fill_random", "positions must be >= 0, got ",
+            positions);
+  grow(positions);
+  // Timing does not need exact normals: each 64-bit splitmix64 output gives four 16-bit
+  // uniforms whose sum, standardised, is close to a standard normal; 10^9 values take seconds.
+  std::uint64_t state = seed;
+  auto sample = [&] {
+    state += 0x9E3779B97F4A7C15ULL;
+    std::uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    const auto sum =
+        static_cast<double>((z & 0xFFFF) + ((z >> 16) & 0xFFFF) + ((z >> 32) & 0xFFFF) + (z >> 48));
+    return static_cast<float>((sum - 131070.0) * (1.0 / 37837.2));
+  };
+  const auto count = static_cast<std::size_t>(positions * head_dim_);
+  auto fill = [&](auto& buffers) {
+    for (auto& b : buffers) {
+      using T = typename std::remove_reference_t<decltype(b)>::value_type;
+      for (std::size_t j = 0; j < count; ++j) b[j] = from_float<T>(sample());
+    }
+  };
+  fill(keys_bf16_);
+  fill(values_bf16_);
+  fill(keys_f32_);
+  fill(values_f32_);
+  positions_ = positions;
+  if (!summaries_.empty()) rebuild_summaries();
+}
+
+}  // namespace amc::qwen2

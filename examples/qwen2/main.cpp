@@ -1,0 +1,402 @@
+// amc-qwen2: greedy generation with the Qwen2 reference transformer, dense or block-sparse
+// decode attention through amc.
+//
+//   amc-qwen2 --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [-n 128]
+//             [--attention dense|sparse] [--block-size B --top-k K --sinks S --window W
+//             --scope head|group --score mean|bound|oracle] [--threads N] [--kv-dtype bf16|f32]
+//             [--json] [--retained-mass] [--logits-out FILE.safetensors] [--ignore-eos]
+//   amc-qwen2 --model DIR --demo [--prompt TEXT] [sparse flags]
+//
+// Text goes to stdout as it is generated; timings to stderr. --json writes JSON lines instead:
+// {"prompt_ids": [...]}, one object per generated token, then a summary. Bad input (missing
+// model files, bad flags, ids outside the vocabulary): one line on stderr, exit status 2.
+#include <CLI/CLI.hpp>
+#include <amc/amc.hpp>
+#include <amc/io/safetensors.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checkpoint.hpp"
+#include "generate.hpp"
+#include "model.hpp"
+#include "tokenizer.hpp"
+
+namespace {
+
+using amc::qwen2::GeneratedToken;
+using amc::qwen2::GenerationResult;
+
+/// The demo's default prompt: long enough (about 250 tokens with Qwen2's tokenizer, more with
+/// the synthetic one) that the context outgrows the default sparse support of 193 positions.
+constexpr const char* kDemoPrompt =
+    "The lighthouse keeper kept a logbook of everything that happened on the island. On Monday "
+    "the wind came from the north and the boats stayed in the harbour. On Tuesday a crate of "
+    "lamp oil arrived, together with a letter from the harbour master asking for the count of "
+    "ships that had passed in the last month. The keeper counted thirty-one ships, eleven of "
+    "them fishing boats, and wrote the number carefully in the margin. On Wednesday the fog was "
+    "so thick that the lamp burned all day, and the keeper climbed the one hundred and twelve "
+    "steps of the tower four times to trim the wick. On Thursday his sister wrote that she would "
+    "visit in the spring, bringing seeds for the garden behind the cottage: carrots, beans and "
+    "the blue flowers their mother had liked. On Friday a storm broke two panes of the lantern "
+    "room, and he repaired them with the spare glass kept in the cellar. On Saturday the "
+    "harbour master replied, thanking him for the count of ships. The keeper opened the logbook "
+    "and, before the light faded, wrote down what he would do on Sunday:";
+
+struct Arguments {
+  std::string model;
+  std::optional<std::string> prompt;
+  std::optional<std::string> prompt_ids;
+  std::int64_t tokens = 128;
+  std::string attention = "dense";
+  amc::SparseConfig sparse;
+  std::string scope = "head", score = "mean", kv_dtype = "bf16";
+  int threads = 0;
+  bool json = false, retained_mass = false, demo = false, ignore_eos = false;
+  std::string logits_out;
+};
+
+[[noreturn]] void fail(const std::string& message) { throw amc::error(message); }
+
+std::vector<std::int32_t> parse_ids(const std::string& text, std::int64_t vocab) {
+  std::vector<std::int32_t> ids;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    const auto first = item.find_first_not_of(" \t");
+    const auto last = item.find_last_not_of(" \t");
+    if (first == std::string::npos) fail("--prompt-ids: empty entry in '" + text + "'");
+    item = item.substr(first, last - first + 1);
+    std::size_t used = 0;
+    long long id = 0;
+    try {
+      id = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size()) fail("--prompt-ids: '" + item + "' is not an integer");
+    if (id < 0 || id >= vocab) {
+      fail("--prompt-ids: id " + item + " is outside the vocabulary [0, " + std::to_string(vocab) +
+           ")");
+    }
+    ids.push_back(static_cast<std::int32_t>(id));
+  }
+  if (ids.empty()) fail("--prompt-ids: no ids given");
+  return ids;
+}
+
+/// Turns token bytes into complete UTF-8 text: a token may end inside a multi-byte character
+/// (byte-level BPE), so bytes wait until their character is complete.
+class Utf8Stream {
+ public:
+  std::string push(const std::string& bytes) {
+    pending_ += bytes;
+    std::size_t complete = 0, i = 0;
+    while (i < pending_.size()) {
+      const auto c = static_cast<unsigned char>(pending_[i]);
+      const std::size_t length = c < 0x80           ? 1
+                                 : (c >> 5) == 0x6  ? 2
+                                 : (c >> 4) == 0xE  ? 3
+                                 : (c >> 3) == 0x1E ? 4
+                                                    : 1;
+      if (i + length > pending_.size()) break;  // wait for the rest of this character
+      i += length;
+      complete = i;
+    }
+    std::string out = pending_.substr(0, complete);
+    pending_.erase(0, complete);
+    return out;
+  }
+  /// What is left at the end (an incomplete character), replaced by U+FFFD.
+  std::string flush() {
+    std::string out = pending_.empty() ? "" : "\xEF\xBF\xBD";
+    pending_.clear();
+    return out;
+  }
+
+ private:
+  std::string pending_;
+};
+
+/// The text of one token; ids the tokenizer lacks (padding rows of the embedding) are shown
+/// as <|id:N|>.
+std::string token_text(const amc::qwen2::Tokenizer* tokenizer, std::int32_t id) {
+  if (tokenizer != nullptr && id < tokenizer->vocab_size()) {
+    try {
+      return tokenizer->token_bytes(id);
+    } catch (const amc::error&) {
+    }
+  }
+  return "<|id:" + std::to_string(id) + "|>";
+}
+
+double json_number(float x) { return static_cast<double>(x); }
+
+using Json = nlohmann::ordered_json;  // keys in the documented order
+
+Json nullable(float x) { return std::isnan(x) ? Json(nullptr) : Json(json_number(x)); }
+
+std::string dump(const Json& j) {
+  // Invalid UTF-8 cannot reach here (Utf8Stream), but never let output abort the run.
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+amc::qwen2::SessionOptions session_options(const Arguments& a, bool sparse) {
+  amc::qwen2::SessionOptions o;
+  o.attention = sparse ? amc::qwen2::AttentionMode::sparse : amc::qwen2::AttentionMode::dense;
+  o.sparse = a.sparse;
+  o.sparse.scope = amc::parse_scope(a.scope);
+  o.sparse.score = amc::parse_score_rule(a.score);
+  o.threads = a.threads;
+  o.retained_mass = a.retained_mass;
+  o.kv_dtype = a.kv_dtype == "f32" ? amc::StorageType::f32 : amc::StorageType::bf16;
+  return o;
+}
+
+std::string describe(const amc::SparseConfig& c) {
+  std::ostringstream s;
+  s << "block " << c.block_size << ", top-k " << c.top_k << ", sinks " << c.sinks << ", window "
+    << c.window << ", scope " << amc::to_string(c.scope) << ", score " << amc::to_string(c.score)
+    << " (support <= " << c.nominal_support() << " positions)";
+  return s.str();
+}
+
+int run_generate(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
+                 const amc::qwen2::Tokenizer* tokenizer, const std::vector<std::int32_t>& prompt) {
+  const std::int64_t vocab = checkpoint.config().vocab_size;
+  amc::qwen2::Session session(checkpoint, session_options(a, a.attention == "sparse"));
+  amc::qwen2::GenerationOptions g;
+  g.max_tokens = a.tokens;
+  g.stop_token = a.ignore_eos ? -1 : checkpoint.config().eos_token_id;
+  g.keep_logits = !a.logits_out.empty();
+  if (a.json) std::cout << dump(Json{{"prompt_ids", prompt}}) << '\n' << std::flush;
+  Utf8Stream text;
+  const GenerationResult result =
+      amc::qwen2::generate(session, prompt, g, [&](const GeneratedToken& t) {
+        const std::string piece = text.push(token_text(tokenizer, t.token));
+        if (a.json) {
+          std::cout << dump(Json{{"step", t.step},
+                                 {"token", t.token},
+                                 {"text", piece},
+                                 {"logit", json_number(t.logit)},
+                                 {"margin", json_number(t.margin)},
+                                 {"min_retained_mass", nullable(t.min_retained_mass)}})
+                    << '\n';
+        } else {
+          std::cout << piece;
+        }
+        std::cout << std::flush;
+      });
+  std::vector<std::int32_t> ids;
+  for (const GeneratedToken& t : result.tokens) ids.push_back(t.token);
+  if (a.json) {
+    std::cout << dump(Json{{"tokens", ids},
+                           {"prefill_tokens_per_s", result.prefill_tokens_per_s()},
+                           {"decode_tokens_per_s", result.decode_tokens_per_s()}})
+              << '\n';
+  } else {
+    std::cout << text.flush() << '\n';
+    std::fprintf(stderr,
+                 "amc-qwen2: %zu tokens; prefill %lld tokens at %.1f tokens/s; decode %.2f "
+                 "tokens/s (%s attention)\n",
+                 ids.size(), static_cast<long long>(result.prompt_tokens),
+                 result.prefill_tokens_per_s(), result.decode_tokens_per_s(), a.attention.c_str());
+  }
+  if (!a.logits_out.empty()) {
+    const auto steps = static_cast<std::int64_t>(result.tokens.size());
+    const amc::TensorToWrite tensor =
+        amc::make_tensor_to_write("logits", {steps, vocab}, std::span<const float>(result.logits));
+    amc::write_safetensors(a.logits_out, std::span(&tensor, 1));
+  }
+  return 0;
+}
+
+/// Whether config.json marks the checkpoint as written by amc-synth.
+bool synthetic(const std::filesystem::path& dir) {
+  try {
+    std::ifstream in(dir / "config.json");
+    const nlohmann::json config = nlohmann::json::parse(in);
+    return config.value("amc_synthetic", false);
+  } catch (const std::exception&) {
+    return false;  // already loaded once: a failure here only loses the remark
+  }
+}
+
+int run_demo(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
+             const amc::qwen2::Tokenizer* tokenizer, const std::vector<std::int32_t>& prompt) {
+  const amc::qwen2::Config& c = checkpoint.config();
+  std::printf(
+      "amc-qwen2 demo: %s (%lld layers, hidden %lld, %lld query heads sharing %lld KV heads)\n",
+      checkpoint.directory().string().c_str(), static_cast<long long>(c.num_hidden_layers),
+      static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_attention_heads),
+      static_cast<long long>(c.num_key_value_heads));
+  if (synthetic(checkpoint.directory())) {
+    std::printf(
+        "a synthetic checkpoint (amc-synth): random weights, so the text means nothing; "
+        "what to watch is where dense and sparse decoding part and how much softmax "
+        "mass the sparse supports kept\n");
+  }
+  std::printf("prompt: %zu tokens; greedy generation of up to %lld tokens, dense then sparse\n",
+              prompt.size(), static_cast<long long>(a.tokens));
+  amc::qwen2::GenerationOptions g;
+  g.max_tokens = a.tokens;
+  g.stop_token = a.ignore_eos ? -1 : c.eos_token_id;
+
+  GenerationResult results[2];
+  for (int sparse = 0; sparse < 2; ++sparse) {
+    Arguments run = a;
+    run.retained_mass = sparse == 1;  // the dense run keeps all mass by definition
+    amc::qwen2::Session session(checkpoint, session_options(run, sparse == 1));
+    if (sparse == 1) {
+      std::printf("\nsparse decoding: %s; dense prefill\n",
+                  describe(session.options().sparse).c_str());
+    } else {
+      std::printf("\ndense decoding:\n");
+    }
+    std::fflush(stdout);
+    Utf8Stream text;
+    results[sparse] = amc::qwen2::generate(session, prompt, g, [&](const GeneratedToken& t) {
+      std::cout << text.push(token_text(tokenizer, t.token)) << std::flush;
+    });
+    std::cout << text.flush() << '\n';
+    std::printf("  [%zu tokens; decode %.2f tokens/s%s; prefill %.1f tokens/s]\n",
+                results[sparse].tokens.size(), results[sparse].decode_tokens_per_s(),
+                sparse == 1 ? ", including a dense pass per layer to measure retained mass" : "",
+                results[sparse].prefill_tokens_per_s());
+  }
+
+  const auto& dense = results[0].tokens;
+  const auto& sparse = results[1].tokens;
+  std::printf("\n");
+  std::size_t step = 0;
+  while (step < dense.size() && step < sparse.size() && dense[step].token == sparse[step].token)
+    ++step;
+  if (step == dense.size() && step == sparse.size()) {
+    std::printf("the continuations are identical through all %zu tokens\n", dense.size());
+  } else if (step < dense.size() && step < sparse.size()) {
+    std::printf("first difference at step %zu: dense chose %d (margin %.3f), sparse chose %d\n",
+                step, dense[step].token, static_cast<double>(dense[step].margin),
+                sparse[step].token);
+  } else {
+    std::printf("the continuations agree for %zu tokens, then one of them stopped\n", step);
+  }
+  float min_mass = 1.0f;
+  std::size_t worst = 0;
+  for (std::size_t i = 0; i < sparse.size(); ++i) {
+    if (sparse[i].min_retained_mass < min_mass) {
+      min_mass = sparse[i].min_retained_mass;
+      worst = i;
+    }
+  }
+  std::printf(
+      "sparse decoding kept at least %.4f of the softmax mass in every layer and head "
+      "(lowest at step %zu)\n",
+      static_cast<double>(min_mass), worst);
+  std::printf("decode tokens/s: dense %.2f, sparse %.2f\n", results[0].decode_tokens_per_s(),
+              results[1].decode_tokens_per_s());
+  return 0;
+}
+
+int run(const Arguments& a) {
+  if (a.prompt && a.prompt_ids) fail("give either --prompt or --prompt-ids, not both");
+  if (!a.demo && !a.prompt && !a.prompt_ids) fail("one of --prompt or --prompt-ids is required");
+  if (a.demo && (a.json || !a.logits_out.empty()))
+    fail("--demo prints text; it does not take --json or --logits-out");
+  if (a.tokens < 0) fail("-n must be >= 0");
+  const std::filesystem::path dir(a.model);
+  const amc::qwen2::Checkpoint checkpoint = amc::qwen2::Checkpoint::load(dir);
+  std::optional<amc::qwen2::Tokenizer> tokenizer;
+  const bool have_tokenizer = std::filesystem::exists(dir / "tokenizer.json");
+  if (have_tokenizer) {
+    tokenizer = amc::qwen2::Tokenizer::load(dir / "tokenizer.json");
+  } else if (a.prompt || a.demo) {
+    fail((dir / "tokenizer.json").string() + ": file not found (needed to encode the prompt)");
+  }
+  std::vector<std::int32_t> prompt;
+  if (a.prompt_ids) {
+    prompt = parse_ids(*a.prompt_ids, checkpoint.config().vocab_size);
+  } else {
+    prompt = tokenizer->encode(a.prompt ? *a.prompt : std::string(kDemoPrompt));
+    if (prompt.empty()) fail("--prompt: the prompt encodes to no tokens");
+    for (const std::int32_t id : prompt) {
+      if (id >= checkpoint.config().vocab_size) {
+        fail("--prompt: token id " + std::to_string(id) +
+             " is outside the model's vocabulary [0, " +
+             std::to_string(checkpoint.config().vocab_size) + ")");
+      }
+    }
+  }
+  const amc::qwen2::Tokenizer* t = tokenizer ? &*tokenizer : nullptr;
+  return a.demo ? run_demo(a, checkpoint, t, prompt) : run_generate(a, checkpoint, t, prompt);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "amc-qwen2: greedy generation with a Qwen2 checkpoint, dense or block-sparse decode "
+      "attention"};
+  Arguments a;
+  a.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  app.add_option("--model", a.model,
+                 "checkpoint directory (config.json, model.safetensors, tokenizer.json)")
+      ->required();
+  app.add_option("--prompt", a.prompt, "prompt text");
+  app.add_option("--prompt-ids", a.prompt_ids, "prompt token ids, comma-separated");
+  app.add_option("-n,--tokens", a.tokens, "tokens to generate")->capture_default_str();
+  app.add_option("--attention", a.attention, "decode attention")
+      ->check(CLI::IsMember({"dense", "sparse"}))
+      ->capture_default_str();
+  app.add_option("--block-size", a.sparse.block_size, "sparse: positions per block")
+      ->capture_default_str();
+  app.add_option("--top-k", a.sparse.top_k, "sparse: selected blocks")->capture_default_str();
+  app.add_option("--sinks", a.sparse.sinks, "sparse: first positions always kept")
+      ->capture_default_str();
+  app.add_option("--window", a.sparse.window, "sparse: last positions always kept")
+      ->capture_default_str();
+  app.add_option("--scope", a.scope, "sparse: selection per query head or per GQA group")
+      ->check(CLI::IsMember({"head", "group"}))
+      ->capture_default_str();
+  app.add_option("--score", a.score, "sparse: block scoring rule")
+      ->check(CLI::IsMember({"mean", "bound", "oracle"}))
+      ->capture_default_str();
+  app.add_option("--threads", a.threads, "threads (results do not depend on it)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--kv-dtype", a.kv_dtype, "KV cache storage")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  app.add_flag("--json", a.json, "JSON lines instead of text");
+  app.add_flag("--retained-mass", a.retained_mass,
+               "also run dense attention to report the retained mass of sparse decoding");
+  app.add_option("--logits-out", a.logits_out,
+                 "save every generated step's logits, F32 [steps, vocab]");
+  app.add_flag("--ignore-eos", a.ignore_eos, "generate all -n tokens even after end-of-text");
+  app.add_flag("--demo", a.demo, "dense then sparse generation of the same prompt, compared");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "amc-qwen2: %s\n", e.what());
+    return 2;
+  }
+  try {
+    return run(a);
+  } catch (const std::exception& e) {
+    std::cout << std::flush;
+    std::fprintf(stderr, "amc-qwen2: %s\n", e.what());
+    return 2;
+  }
+}

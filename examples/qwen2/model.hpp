@@ -1,0 +1,112 @@
+// The Qwen2 forward pass over a Checkpoint: batched dense prefill and single-token decode with
+// dense or block-sparse attention through amc.
+//
+// Per layer (as in transformers' modeling_qwen2.py): x += o_proj(attention(rope(q), rope(k), v))
+// of rmsnorm(x); x += down(silu(gate(h)) * up(h)) of h = rmsnorm(x); then a final rmsnorm and
+// the (tied) unembedding. Everything is computed in f32; weights are read in their stored dtype.
+#pragma once
+
+#include <amc/attention/decode.hpp>
+#include <amc/attention/sparse_config.hpp>
+#include <amc/storage.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "checkpoint.hpp"
+#include "kv_cache.hpp"
+
+namespace amc::qwen2 {
+
+enum class AttentionMode : std::uint8_t { dense, sparse };
+
+/// What the attention of one layer did in a decode step, for evaluation tools (retained mass,
+/// error norms, selector recall). Pointers are valid during the callback only.
+struct LayerAttention {
+  std::int64_t layer = 0;
+  std::int64_t positions = 0;      ///< cached positions attended over (the new token's included)
+  std::int64_t group = 0;          ///< query heads per KV head; head h uses KV head h / group
+  const float* queries = nullptr;  ///< [heads, head_dim] after RoPE, unscaled
+  const float* output = nullptr;   ///< [heads, head_dim] the attention output the model used
+  std::span<const HeadResult> results;  ///< [heads] lse and positions read of that output
+  /// Dense output and results when the step also ran dense attention (sparse decode with
+  /// retained mass); nullptr and empty otherwise.
+  const float* dense_output = nullptr;
+  std::span<const HeadResult> dense_results;
+  /// [kv_heads] the block-sparse operators of this layer's call (their selected_blocks(),
+  /// support() and block_scores()); empty for dense decode.
+  std::span<const BlockSparseDecode<>> sparse_operators;
+};
+
+struct SessionOptions {
+  /// Decode attention; prefill is always dense.
+  AttentionMode attention = AttentionMode::dense;
+  /// The block-sparse configuration (attention == sparse): block size, k, sinks, window, scope
+  /// (per head or per group) and score rule (mean, bound, oracle). Selection is fresh at every
+  /// decode step, layer and head.
+  SparseConfig sparse;
+  /// Threads for everything, the caller included (capped at the hardware's). Results are
+  /// identical for every count.
+  int threads = 1;
+  /// Sparse decode also runs dense attention, to report the retained mass exp(L_S - L_all).
+  bool retained_mass = false;
+  /// KV cache storage: bf16 (as the model's own dtype) or f32.
+  StorageType kv_dtype = StorageType::bf16;
+  /// Called after the attention of every layer of every decode step, when set.
+  std::function<void(const LayerAttention&)> on_layer;
+};
+
+/// What one decode step read.
+struct StepStats {
+  /// [layers, heads] retained mass exp(L_S - L_all) per query head, when the step computed it
+  /// (sparse decode with retained_mass); empty otherwise.
+  std::vector<float> retained_mass;
+  /// Minimum of retained_mass, or NaN when it was not computed.
+  float min_retained_mass = 0.0f;
+  /// Positions read by the attention, summed over layers and query heads.
+  std::int64_t positions_read = 0;
+};
+
+/// One sequence being generated: the KV cache, scratch and threads of a forward pass over a
+/// Checkpoint (which must outlive the session). Not thread-safe; use one session per sequence.
+class Session {
+ public:
+  /// Throws amc::error on invalid options (sparse config, threads < 1, KV dtype).
+  explicit Session(const Checkpoint& checkpoint, SessionOptions options = {});
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  ~Session();
+
+  const Config& config() const;
+  const SessionOptions& options() const;
+  /// Positions in the cache (tokens processed so far).
+  std::int64_t positions() const;
+  const KvCache& cache() const;
+  /// Allocates the cache for `positions` tokens up front.
+  void reserve(std::int64_t positions);
+
+  /// Dense batched forward of `tokens` at positions [positions(), positions() + n), appending
+  /// their keys and values to the cache.
+  /// \param logits [vocab]: the last token's logits; with all_positions, [n, vocab]: every
+  ///               token's. Throws amc::error for ids outside [0, vocab) or a wrong size.
+  void prefill(std::span<const std::int32_t> tokens, std::span<float> logits,
+               bool all_positions = false);
+
+  /// One token at position positions() through the decode path (dense or block-sparse
+  /// attention per the options). \param logits [vocab]
+  const StepStats& decode(std::int32_t token, std::span<float> logits);
+
+  /// Forgets every position.
+  void reset();
+  /// Replaces the cache with `positions` random keys and values (benchmarks of long contexts).
+  void fill_random_cache(std::int64_t positions, std::uint64_t seed);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace amc::qwen2

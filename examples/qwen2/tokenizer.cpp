@@ -1,0 +1,1180 @@
+// Byte-level BPE tokenizer read from a Hugging Face tokenizer.json (Qwen2's format).
+//
+// Encoding follows the Hugging Face `tokenizers` pipeline for the structures Qwen2, Qwen2.5 and
+// Qwen3 use, step by step:
+//   1. added tokens (special or not) are cut out of the raw text first, leftmost-longest;
+//   2. each remaining segment is normalised (NFC, utf8proc);
+//   3. the Split pre-tokenizers cut it into pieces (PCRE2, UTF + Unicode properties; behaviour
+//      Isolated: matches and the gaps between them are pieces);
+//   4. ByteLevel: each piece's bytes become the GPT-2 byte-to-unicode characters, whose vocabulary
+//      ids are the initial BPE symbols;
+//   5. BPE: repeatedly merge the adjacent pair of lowest merge rank (leftmost first), as the Rust
+//      implementation does with its priority queue.
+// Decoding maps each token's characters back to bytes (ByteLevel decoder); added tokens decode
+// to their content.
+#include "qwen2/tokenizer.hpp"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "amc/error.hpp"
+
+namespace amc::qwen2 {
+namespace {
+
+using json = nlohmann::json;
+
+/// Token ids at or beyond this are refused: no real vocabulary comes near it, and a typo'd id
+/// must not make the loader allocate gigabytes.
+constexpr std::int64_t kMaxTokenId = std::int64_t{1} << 24;
+
+/// The Qwen2 Split regex (see shared QWEN2.md); also the synthetic tokenizer's.
+constexpr const char* kQwen2SplitRegex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+/// The regex a ByteLevel pre-tokenizer with use_regex true applies (GPT-2's).
+constexpr const char* kGpt2SplitRegex =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+constexpr const char* kSpecialTokens[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+
+// --- UTF-8 ---------------------------------------------------------------------------------------
+
+const utf8proc_uint8_t* as_u8(const char* p) {
+  return reinterpret_cast<const utf8proc_uint8_t*>(p);
+}
+
+void append_utf8(std::string& out, char32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+/// Offset of the first byte that does not start a valid UTF-8 sequence, or npos.
+std::size_t invalid_utf8_offset(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    if (static_cast<unsigned char>(text[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t n = utf8proc_iterate(
+        as_u8(text.data() + i), static_cast<utf8proc_ssize_t>(text.size() - i), &cp);
+    if (n <= 0) return i;
+    i += static_cast<std::size_t>(n);
+  }
+  return std::string_view::npos;
+}
+
+/// Length of the valid prefix of a UTF-8 sequence starting at text[i] (the "maximal subpart" of
+/// Unicode's U+FFFD substitution practice) and whether it is a complete character.
+std::pair<std::size_t, bool> utf8_sequence_at(std::string_view text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char b0 = byte(i);
+  if (b0 < 0x80) return {1, true};
+  std::size_t length = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // valid range of the second byte
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    length = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    length = 3;
+    if (b0 == 0xE0) lo = 0xA0;
+    if (b0 == 0xED) hi = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    length = 4;
+    if (b0 == 0xF0) lo = 0x90;
+    if (b0 == 0xF4) hi = 0x8F;
+  } else {
+    return {1, false};
+  }
+  std::size_t k = 1;
+  for (; k < length && i + k < text.size(); ++k) {
+    const unsigned char b = byte(i + k);
+    const bool ok = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
+    if (!ok) break;
+  }
+  return {k, k == length};
+}
+
+/// `bytes` with every ill-formed sequence replaced by U+FFFD (as Rust's from_utf8_lossy, which
+/// the Hugging Face decoder uses).
+std::string utf8_lossy(std::string_view bytes) {
+  if (invalid_utf8_offset(bytes) == std::string_view::npos) return std::string(bytes);
+  std::string out;
+  out.reserve(bytes.size() + 8);
+  std::size_t i = 0;
+  while (i < bytes.size()) {
+    const auto [length, complete] = utf8_sequence_at(bytes, i);
+    if (complete) {
+      out.append(bytes.substr(i, length));
+    } else {
+      out += "\xEF\xBF\xBD";
+    }
+    i += length;
+  }
+  return out;
+}
+
+/// NFC of valid UTF-8 text (utf8proc).
+std::string nfc_of_valid(std::string_view text) {
+  if (std::all_of(text.begin(), text.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x80; })) {
+    return std::string(text);  // ASCII is always NFC
+  }
+  utf8proc_uint8_t* mapped = nullptr;
+  const utf8proc_ssize_t length =
+      utf8proc_map(as_u8(text.data()), static_cast<utf8proc_ssize_t>(text.size()), &mapped,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (length < 0) {
+    detail::throw_error("amc::qwen2::nfc", "utf8proc: ", utf8proc_errmsg(length));
+  }
+  std::string out(reinterpret_cast<const char*>(mapped), static_cast<std::size_t>(length));
+  std::free(mapped);
+  return out;
+}
+
+// --- byte <-> unicode (GPT-2's bytes_to_unicode) -------------------------------------------------
+
+struct ByteMap {
+  std::array<std::string, 256> utf8_of_byte;  ///< the character standing for each byte
+  std::array<char32_t, 256> char_of_byte{};
+  /// byte_of_char[c]: the byte character c stands for, or -1 (all such characters are < 324).
+  std::array<std::int16_t, 324> byte_of_char{};
+  std::array<unsigned char, 256> order{};  ///< bytes in bytes_to_unicode order (Qwen's ids 0..255)
+
+  ByteMap() {
+    std::size_t n = 0;
+    std::array<bool, 256> printable{};
+    for (int b = 0; b < 256; ++b) {
+      printable[static_cast<std::size_t>(b)] =
+          (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    }
+    for (int b = 0; b < 256; ++b) {
+      if (printable[static_cast<std::size_t>(b)]) order[n++] = static_cast<unsigned char>(b);
+    }
+    char32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const auto ub = static_cast<std::size_t>(b);
+      char_of_byte[ub] = printable[ub] ? static_cast<char32_t>(b) : next++;
+      if (!printable[ub]) order[n++] = static_cast<unsigned char>(b);
+    }
+    byte_of_char.fill(-1);
+    for (std::size_t b = 0; b < 256; ++b) {
+      append_utf8(utf8_of_byte[b], char_of_byte[b]);
+      byte_of_char[char_of_byte[b]] = static_cast<std::int16_t>(b);
+    }
+  }
+};
+
+const ByteMap& byte_map() {
+  static const ByteMap map;
+  return map;
+}
+
+/// The byte-level spelling of raw bytes.
+std::string byte_level(std::string_view bytes) {
+  const ByteMap& map = byte_map();
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (const char c : bytes) out += map.utf8_of_byte[static_cast<unsigned char>(c)];
+  return out;
+}
+
+/// The bytes a byte-level token spelling stands for. As the Hugging Face ByteLevel decoder does,
+/// a token holding a character outside the map stands for its own UTF-8 bytes.
+std::string bytes_of_byte_level(std::string_view token) {
+  const ByteMap& map = byte_map();
+  std::string out;
+  std::size_t i = 0;
+  while (i < token.size()) {
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t n = utf8proc_iterate(
+        as_u8(token.data() + i), static_cast<utf8proc_ssize_t>(token.size() - i), &cp);
+    if (n <= 0) return std::string(token);
+    const std::int16_t byte = cp >= 0 && static_cast<std::size_t>(cp) < map.byte_of_char.size()
+                                  ? map.byte_of_char[static_cast<std::size_t>(cp)]
+                                  : -1;
+    if (byte < 0) return std::string(token);
+    out += static_cast<char>(byte);
+    i += static_cast<std::size_t>(n);
+  }
+  return out;
+}
+
+// --- PCRE2 ---------------------------------------------------------------------------------------
+
+struct CodeDeleter {
+  void operator()(pcre2_code* code) const { pcre2_code_free(code); }
+};
+struct MatchDataDeleter {
+  void operator()(pcre2_match_data* data) const { pcre2_match_data_free(data); }
+};
+
+std::string pcre2_message(int code) {
+  std::array<PCRE2_UCHAR, 256> buffer{};
+  pcre2_get_error_message(code, buffer.data(), buffer.size());
+  return std::string(reinterpret_cast<const char*>(buffer.data()));
+}
+
+/// A compiled Split pattern (immutable, shareable between threads; match data is per call).
+class Regex {
+ public:
+  /// Throws amc::error "<where>: <what> ..." when the pattern does not compile.
+  Regex(const std::string& pattern, bool literal, const std::string& where,
+        const std::string& what) {
+    int error_code = 0;
+    PCRE2_SIZE error_offset = 0;
+    const std::uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0u);
+    code_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
+                              &error_code, &error_offset, nullptr));
+    if (!code_) {
+      detail::throw_error(where.c_str(), what, " does not compile with PCRE2 at offset ",
+                          error_offset, ": ", pcre2_message(error_code));
+    }
+    pcre2_jit_compile(code_.get(), PCRE2_JIT_COMPLETE);  // falls back to the interpreter
+  }
+
+  /// Appends the pieces of `text` (valid UTF-8) for behaviour Isolated: every non-empty match and
+  /// every non-empty stretch between matches, in order.
+  void split(std::string_view text, std::vector<std::string_view>& pieces) const {
+    std::unique_ptr<pcre2_match_data, MatchDataDeleter> data(
+        pcre2_match_data_create_from_pattern(code_.get(), nullptr));
+    if (!data) throw std::bad_alloc();
+    const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    std::size_t last = 0, offset = 0;
+    while (offset < text.size()) {
+      int rc = pcre2_match(code_.get(), subject, text.size(), offset, PCRE2_NO_UTF_CHECK,
+                           data.get(), nullptr);
+      if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+        rc = pcre2_match(code_.get(), subject, text.size(), offset,
+                         PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, data.get(), nullptr);
+      }
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0) {
+        detail::throw_error("amc::qwen2::Tokenizer::encode",
+                            "pre-tokenizer regex failed: ", pcre2_message(rc));
+      }
+      const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
+      const std::size_t begin = ovector[0], end = ovector[1];
+      if (end > begin) {
+        if (begin > last) pieces.push_back(text.substr(last, begin - last));
+        pieces.push_back(text.substr(begin, end - begin));
+        last = offset = end;
+      } else {  // empty match: step over one character
+        offset = begin + 1;
+        while (offset < text.size() && (static_cast<unsigned char>(text[offset]) & 0xC0) == 0x80) {
+          ++offset;
+        }
+      }
+    }
+    if (last < text.size()) pieces.push_back(text.substr(last));
+  }
+
+ private:
+  std::unique_ptr<pcre2_code, CodeDeleter> code_;
+};
+
+// --- JSON helpers --------------------------------------------------------------------------------
+
+/// Errors while reading one tokenizer.json: "amc::qwen2::Tokenizer: <source>: <problem>".
+class Reader {
+ public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  template <class... Parts>
+  [[noreturn]] void fail(Parts&&... parts) const {
+    detail::throw_error("amc::qwen2::Tokenizer", source_, ": ", std::forward<Parts>(parts)...);
+  }
+
+  const std::string& source() const { return source_; }
+
+  /// obj[key], which must be a string.
+  std::string string_field(const json& obj, const char* key, const std::string& where) const {
+    const auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) fail(where, ".", key, " is missing");
+    if (!it->is_string()) fail(where, ".", key, " is not a string");
+    return it->get<std::string>();
+  }
+
+  /// obj[key] when it is a boolean; `fallback` when absent or null.
+  bool bool_field(const json& obj, const char* key, const std::string& where, bool fallback) const {
+    const auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) fail(where, ".", key, " is not a boolean");
+    return it->get<bool>();
+  }
+
+  /// Refuses obj[key] unless absent, null or equal to `expected`.
+  void require_bool(const json& obj, const char* key, const std::string& where, bool expected,
+                    const char* why) const {
+    if (bool_field(obj, key, where, expected) != expected) {
+      fail(where, ".", key, " = ", expected ? "false" : "true", " is not supported (", why, ")");
+    }
+  }
+
+  std::string type_of(const json& obj, const std::string& where) const {
+    if (!obj.is_object()) fail(where, " is not an object");
+    return string_field(obj, "type", where);
+  }
+
+  std::int32_t id(const json& value, const std::string& where) const {
+    if (!value.is_number_integer()) fail(where, " is not an integer id");
+    const std::int64_t id = value.is_number_unsigned()
+                                ? static_cast<std::int64_t>(std::min<std::uint64_t>(
+                                      value.get<std::uint64_t>(), std::uint64_t{1} << 62))
+                                : value.get<std::int64_t>();
+    if (id < 0) fail(where, " = ", id, " is negative");
+    if (id >= kMaxTokenId) fail(where, " = ", id, " is beyond the cap of ", kMaxTokenId, " ids");
+    return static_cast<std::int32_t>(id);
+  }
+
+ private:
+  std::string source_;
+};
+
+/// `text` as a JSON string literal (quoted, control characters escaped) for messages.
+std::string quote(std::string_view text) {
+  return json(std::string(text)).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) |
+         static_cast<std::uint32_t>(b);
+}
+
+// --- the loaded tokenizer ------------------------------------------------------------------------
+
+struct Model {
+  enum class Kind : std::uint8_t { kNone, kVocab, kAdded };
+  struct Merge {
+    std::int32_t rank;
+    std::int32_t id;  ///< the merged token
+  };
+  struct Added {
+    std::string content;
+    std::int32_t id;
+  };
+
+  std::string source;
+  std::unordered_map<std::string, std::int32_t> vocab;  ///< byte-level spelling -> id
+  std::vector<std::string> spelling;                    ///< id -> vocab spelling or added content
+  std::vector<std::string> bytes;                       ///< id -> the bytes it stands for
+  std::vector<Kind> kind;                               ///< id -> what it is
+  std::unordered_map<std::uint64_t, Merge> merges;      ///< (left id, right id) -> merge
+  std::array<std::int32_t, 256> byte_id{};              ///< initial BPE symbol of each byte
+  std::vector<Added> added;                             ///< added tokens, longest content first
+  std::array<std::vector<std::size_t>, 256> added_by_first_byte;  ///< indices into `added`
+  std::unordered_map<std::string, std::int32_t> added_id;
+  std::vector<Regex> splits;
+  bool nfc = false;
+  bool ignore_merges = false;
+
+  // Words already encoded. Guarded by the mutex so that a shared tokenizer stays thread-safe.
+  static constexpr std::size_t kCacheEntries = 1 << 15;
+  static constexpr std::size_t kCacheWordBytes = 64;
+  mutable std::mutex cache_mutex;
+  mutable std::unordered_map<std::string, std::vector<std::int32_t>> cache;
+
+  void check_id(std::int32_t id, const char* where) const {
+    AMC_CHECK(id >= 0 && static_cast<std::size_t>(id) < kind.size() &&
+                  kind[static_cast<std::size_t>(id)] != Kind::kNone,
+              where, "id ", id, " is not in the vocabulary (", source, ", vocab_size ", kind.size(),
+              ")");
+  }
+
+  /// BPE of one pre-tokenized piece (raw bytes), appended to `out`.
+  void encode_word(std::string_view word, std::vector<std::int32_t>& out) const {
+    if (word.empty()) return;
+    const bool cacheable = word.size() <= kCacheWordBytes;
+    if (cacheable) {
+      const std::lock_guard lock(cache_mutex);
+      const auto it = cache.find(std::string(word));
+      if (it != cache.end()) {
+        out.insert(out.end(), it->second.begin(), it->second.end());
+        return;
+      }
+    }
+    std::vector<std::int32_t> ids = bpe(word);
+    out.insert(out.end(), ids.begin(), ids.end());
+    if (cacheable) {
+      const std::lock_guard lock(cache_mutex);
+      if (cache.size() >= kCacheEntries) cache.clear();
+      cache.emplace(std::string(word), std::move(ids));
+    }
+  }
+
+  std::vector<std::int32_t> bpe(std::string_view word) const {
+    if (ignore_merges) {
+      const auto it = vocab.find(byte_level(word));
+      if (it != vocab.end()) return {it->second};
+    }
+    struct Symbol {
+      std::int32_t id, prev, next;
+      bool alive;
+    };
+    struct Candidate {
+      std::int32_t rank, pos, left, right, merged;
+      bool operator>(const Candidate& other) const {
+        return rank != other.rank ? rank > other.rank : pos > other.pos;
+      }
+    };
+    const auto n = static_cast<std::int32_t>(word.size());
+    std::vector<Symbol> symbols(word.size());
+    for (std::int32_t i = 0; i < n; ++i) {
+      symbols[static_cast<std::size_t>(i)] = {
+          byte_id[static_cast<unsigned char>(word[static_cast<std::size_t>(i)])], i - 1,
+          i + 1 < n ? i + 1 : -1, true};
+    }
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+    const auto push = [&](std::int32_t pos) {
+      if (pos < 0) return;
+      const Symbol& left = symbols[static_cast<std::size_t>(pos)];
+      if (left.next < 0) return;
+      const Symbol& right = symbols[static_cast<std::size_t>(left.next)];
+      const auto it = merges.find(pair_key(left.id, right.id));
+      if (it != merges.end()) queue.push({it->second.rank, pos, left.id, right.id, it->second.id});
+    };
+    for (std::int32_t i = 0; i + 1 < n; ++i) push(i);
+    while (!queue.empty()) {
+      const Candidate top = queue.top();
+      queue.pop();
+      Symbol& left = symbols[static_cast<std::size_t>(top.pos)];
+      if (!left.alive || left.next < 0 || left.id != top.left) continue;
+      Symbol& right = symbols[static_cast<std::size_t>(left.next)];
+      if (right.id != top.right) continue;
+      left.id = top.merged;
+      right.alive = false;
+      left.next = right.next;
+      if (right.next >= 0) symbols[static_cast<std::size_t>(right.next)].prev = top.pos;
+      push(left.prev);
+      push(top.pos);
+    }
+    std::vector<std::int32_t> ids;
+    for (std::int32_t i = 0; i >= 0; i = symbols[static_cast<std::size_t>(i)].next) {
+      ids.push_back(symbols[static_cast<std::size_t>(i)].id);
+    }
+    return ids;
+  }
+
+  /// Normalises, pre-tokenizes and BPE-encodes a stretch of text without added tokens.
+  void encode_segment(std::string_view segment, std::vector<std::int32_t>& out) const {
+    if (segment.empty()) return;
+    const std::string normalized = nfc ? nfc_of_valid(segment) : std::string(segment);
+    std::vector<std::string_view> pieces{std::string_view(normalized)};
+    for (const Regex& regex : splits) {
+      std::vector<std::string_view> next;
+      for (const std::string_view piece : pieces) regex.split(piece, next);
+      pieces = std::move(next);
+    }
+    for (const std::string_view piece : pieces) encode_word(piece, out);
+  }
+};
+
+// --- loading -------------------------------------------------------------------------------------
+
+void read_normalizer(const Reader& reader, const json& root, Model& impl) {
+  const auto it = root.find("normalizer");
+  if (it == root.end() || it->is_null()) return;
+  const std::function<void(const json&, const std::string&)> visit = [&](const json& node,
+                                                                         const std::string& where) {
+    const std::string type = reader.type_of(node, where);
+    if (type == "NFC") {
+      impl.nfc = true;
+    } else if (type == "Sequence") {
+      const auto list = node.find("normalizers");
+      if (list == node.end() || !list->is_array()) {
+        reader.fail(where, ".normalizers is missing or not an array");
+      }
+      for (std::size_t i = 0; i < list->size(); ++i) {
+        visit((*list)[i], where + ".normalizers[" + std::to_string(i) + "]");
+      }
+    } else {
+      reader.fail(where, ".type ", quote(type), " is not supported (only NFC)");
+    }
+  };
+  visit(*it, "normalizer");
+}
+
+void read_pre_tokenizer(const Reader& reader, const json& root, Model& impl) {
+  const auto it = root.find("pre_tokenizer");
+  if (it == root.end() || it->is_null()) {
+    reader.fail("pre_tokenizer is missing (a ByteLevel pre-tokenizer is required)");
+  }
+  std::vector<std::pair<const json*, std::string>> steps;
+  if (reader.type_of(*it, "pre_tokenizer") == "Sequence") {
+    const auto list = it->find("pretokenizers");
+    if (list == it->end() || !list->is_array()) {
+      reader.fail("pre_tokenizer.pretokenizers is missing or not an array");
+    }
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      steps.emplace_back(&(*list)[i], "pre_tokenizer.pretokenizers[" + std::to_string(i) + "]");
+    }
+  } else {
+    steps.emplace_back(&*it, "pre_tokenizer");
+  }
+  bool byte_level_seen = false;
+  for (const auto& [node, where] : steps) {
+    const std::string type = reader.type_of(*node, where);
+    if (byte_level_seen) {
+      reader.fail(where, ".type ", quote(type),
+                  " after ByteLevel is not supported (ByteLevel must come last)");
+    }
+    if (type == "Split") {
+      const auto pattern = node->find("pattern");
+      if (pattern == node->end() || !pattern->is_object() || pattern->size() != 1) {
+        reader.fail(where, ".pattern is missing or not {\"Regex\": ...} / {\"String\": ...}");
+      }
+      const bool literal = pattern->contains("String");
+      if (!literal && !pattern->contains("Regex")) {
+        reader.fail(where, ".pattern is neither {\"Regex\": ...} nor {\"String\": ...}");
+      }
+      const std::string text =
+          reader.string_field(*pattern, literal ? "String" : "Regex", where + ".pattern");
+      const std::string behavior = reader.string_field(*node, "behavior", where);
+      if (behavior != "Isolated") {
+        reader.fail(where, ".behavior ", quote(behavior), " is not supported (only Isolated)");
+      }
+      reader.require_bool(*node, "invert", where, false, "only matches are split off");
+      impl.splits.emplace_back(text, literal, "amc::qwen2::Tokenizer",
+                               reader.source() + ": " + where + ".pattern");
+    } else if (type == "ByteLevel") {
+      reader.require_bool(*node, "add_prefix_space", where, false, "Qwen2 adds no prefix space");
+      if (reader.bool_field(*node, "use_regex", where, true)) {
+        impl.splits.emplace_back(kGpt2SplitRegex, false, "amc::qwen2::Tokenizer",
+                                 reader.source() + ": GPT-2 regex");
+      }
+      byte_level_seen = true;
+    } else {
+      reader.fail(where, ".type ", quote(type), " is not supported (only Split and ByteLevel)");
+    }
+  }
+  if (!byte_level_seen) reader.fail("pre_tokenizer has no ByteLevel step (byte-level BPE only)");
+}
+
+void read_decoder_and_post(const Reader& reader, const json& root) {
+  const auto decoder = root.find("decoder");
+  if (decoder == root.end() || decoder->is_null()) {
+    reader.fail("decoder is missing (a ByteLevel decoder is required)");
+  }
+  const std::string type = reader.type_of(*decoder, "decoder");
+  if (type != "ByteLevel") {
+    reader.fail("decoder.type ", quote(type), " is not supported (only ByteLevel)");
+  }
+  const auto post = root.find("post_processor");
+  if (post != root.end() && !post->is_null()) {
+    const std::string post_type = reader.type_of(*post, "post_processor");
+    if (post_type != "ByteLevel") {
+      reader.fail("post_processor.type ", quote(post_type),
+                  " is not supported (only ByteLevel or null: no tokens are added)");
+    }
+  }
+  const auto truncation = root.find("truncation");
+  if (truncation != root.end() && !truncation->is_null()) {
+    reader.fail("truncation is set; not supported (encode returns every token)");
+  }
+}
+
+void read_model(const Reader& reader, const json& root, Model& impl, std::int32_t& max_id) {
+  const auto model_it = root.find("model");
+  if (model_it == root.end() || model_it->is_null()) reader.fail("\"model\" is missing");
+  const json& model = *model_it;
+  if (!model.is_object()) reader.fail("model is not an object");
+  if (model.contains("type") && !model["type"].is_null()) {
+    const std::string type = reader.string_field(model, "type", "model");
+    if (type != "BPE") reader.fail("model.type ", quote(type), " is not supported (only BPE)");
+  }
+  if (model.contains("dropout") && !model["dropout"].is_null()) {
+    if (!model["dropout"].is_number() || model["dropout"].get<double>() != 0.0) {
+      reader.fail("model.dropout is set; not supported (encoding must be deterministic)");
+    }
+  }
+  reader.require_bool(model, "byte_fallback", "model", false, "byte-level BPE needs none");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model.contains(key) && !model[key].is_null() &&
+        (!model[key].is_string() || !model[key].get<std::string>().empty())) {
+      reader.fail("model.", key, " is set; not supported (byte-level BPE uses none)");
+    }
+  }
+  impl.ignore_merges = reader.bool_field(model, "ignore_merges", "model", false);
+
+  const auto vocab_it = model.find("vocab");
+  if (vocab_it == model.end() || !vocab_it->is_object()) {
+    reader.fail("model.vocab is missing or not an object");
+  }
+  if (vocab_it->empty()) reader.fail("model.vocab is empty");
+  impl.vocab.reserve(vocab_it->size());
+  std::vector<const std::string*> by_id;
+  for (const auto& [token, value] : vocab_it->items()) {
+    const std::int32_t id = reader.id(value, "model.vocab[" + quote(token) + "]");
+    const auto index = static_cast<std::size_t>(id);
+    if (index >= by_id.size()) by_id.resize(index + 1, nullptr);
+    if (by_id[index]) {
+      reader.fail("duplicate id ", id, " in model.vocab: ", quote(*by_id[index]), " and ",
+                  quote(token));
+    }
+    const auto [it, inserted] = impl.vocab.emplace(token, id);
+    by_id[index] = &it->first;
+    max_id = std::max(max_id, id);
+  }
+  impl.spelling.assign(by_id.size(), {});
+  impl.bytes.assign(by_id.size(), {});
+  impl.kind.assign(by_id.size(), Model::Kind::kNone);
+  for (std::size_t id = 0; id < by_id.size(); ++id) {
+    if (!by_id[id]) continue;
+    impl.spelling[id] = *by_id[id];
+    impl.bytes[id] = bytes_of_byte_level(*by_id[id]);
+    impl.kind[id] = Model::Kind::kVocab;
+  }
+  const ByteMap& map = byte_map();
+  for (std::size_t b = 0; b < 256; ++b) {
+    const auto it = impl.vocab.find(map.utf8_of_byte[b]);
+    if (it == impl.vocab.end()) {
+      std::ostringstream hex;
+      hex << std::hex << b;
+      reader.fail("model.vocab lacks the byte token ", quote(map.utf8_of_byte[b]), " (byte 0x",
+                  hex.str(), "): byte-level BPE needs all 256");
+    }
+    impl.byte_id[b] = it->second;
+  }
+
+  const auto merges_it = model.find("merges");
+  if (merges_it == model.end() || !merges_it->is_array()) {
+    reader.fail("model.merges is missing or not an array");
+  }
+  const json& merges = *merges_it;
+  if (merges.size() >= static_cast<std::size_t>(kMaxTokenId)) {
+    reader.fail("model.merges has ", merges.size(), " entries, beyond the cap of ", kMaxTokenId);
+  }
+  impl.merges.reserve(merges.size());
+  for (std::size_t rank = 0; rank < merges.size(); ++rank) {
+    const json& entry = merges[rank];
+    const std::string where = "model.merges[" + std::to_string(rank) + "]";
+    std::string left, right;
+    if (entry.is_string()) {
+      const std::string& text = entry.get_ref<const std::string&>();
+      const std::size_t space = text.find(' ');
+      if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos ||
+          space == 0 || space + 1 == text.size()) {
+        reader.fail(where, " = ", quote(text), " is not two tokens separated by one space");
+      }
+      left = text.substr(0, space);
+      right = text.substr(space + 1);
+    } else if (entry.is_array() && entry.size() == 2 && entry[0].is_string() &&
+               entry[1].is_string()) {
+      left = entry[0].get_ref<const std::string&>();
+      right = entry[1].get_ref<const std::string&>();
+    } else {
+      reader.fail(where, " is neither \"a b\" nor [\"a\", \"b\"]");
+    }
+    const auto a = impl.vocab.find(left);
+    const auto b = impl.vocab.find(right);
+    if (a == impl.vocab.end() || b == impl.vocab.end()) {
+      reader.fail(where, " names the unknown token ", quote(a == impl.vocab.end() ? left : right));
+    }
+    const auto merged = impl.vocab.find(left + right);
+    if (merged == impl.vocab.end()) {
+      reader.fail(where, " merges ", quote(left), " and ", quote(right), " into ",
+                  quote(left + right), ", which is not in model.vocab");
+    }
+    // As in the Hugging Face implementation, a repeated pair takes its last rank.
+    impl.merges[pair_key(a->second, b->second)] = {static_cast<std::int32_t>(rank), merged->second};
+  }
+}
+
+void read_added_tokens(const Reader& reader, const json& root, Model& impl, std::int32_t& max_id) {
+  const auto list = root.find("added_tokens");
+  if (list == root.end() || list->is_null()) return;
+  if (!list->is_array()) reader.fail("added_tokens is not an array");
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const json& entry = (*list)[i];
+    const std::string where = "added_tokens[" + std::to_string(i) + "]";
+    if (!entry.is_object()) reader.fail(where, " is not an object");
+    if (!entry.contains("id")) reader.fail(where, ".id is missing");
+    const std::int32_t id = reader.id(entry["id"], where + ".id");
+    const std::string content = reader.string_field(entry, "content", where);
+    if (content.empty()) reader.fail(where, ".content is empty");
+    if (invalid_utf8_offset(content) != std::string_view::npos) {
+      reader.fail(where, ".content is not valid UTF-8");
+    }
+    for (const char* key : {"lstrip", "rstrip", "single_word"}) {
+      reader.require_bool(entry, key, where, false, "added tokens match their content exactly");
+    }
+    const auto index = static_cast<std::size_t>(id);
+    if (index >= impl.kind.size()) {
+      impl.kind.resize(index + 1, Model::Kind::kNone);
+      impl.spelling.resize(index + 1);
+      impl.bytes.resize(index + 1);
+    }
+    switch (impl.kind[index]) {
+      case Model::Kind::kAdded:
+        reader.fail("duplicate id ", id, " in added_tokens: ", quote(impl.spelling[index]), " and ",
+                    quote(content));
+      case Model::Kind::kVocab:
+        if (impl.spelling[index] != content) {
+          reader.fail(where, ".id ", id, " (", quote(content), ") is already the vocabulary token ",
+                      quote(impl.spelling[index]));
+        }
+        break;
+      case Model::Kind::kNone:
+        break;
+    }
+    if (!impl.added_id.emplace(content, id).second) {
+      reader.fail(where, ".content ", quote(content), " is already added token id ",
+                  impl.added_id.at(content));
+    }
+    impl.kind[index] = Model::Kind::kAdded;
+    impl.spelling[index] = content;
+    impl.bytes[index] = content;
+    impl.added.push_back({content, id});
+    max_id = std::max(max_id, id);
+  }
+  std::stable_sort(impl.added.begin(), impl.added.end(), [](const auto& a, const auto& b) {
+    return a.content.size() > b.content.size();
+  });
+  for (std::size_t i = 0; i < impl.added.size(); ++i) {
+    impl.added_by_first_byte[static_cast<unsigned char>(impl.added[i].content[0])].push_back(i);
+  }
+}
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  Model model;
+};
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& source) {
+  const Reader reader(source);
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const json::exception& e) {
+    reader.fail("not valid JSON: ", e.what());
+  }
+  if (!root.is_object()) reader.fail("the top level is not a JSON object");
+  auto impl = std::make_unique<Impl>();
+  Model& model = impl->model;
+  model.source = source;
+  try {
+    std::int32_t max_id = -1;
+    read_model(reader, root, model, max_id);
+    read_added_tokens(reader, root, model, max_id);
+    read_normalizer(reader, root, model);
+    read_pre_tokenizer(reader, root, model);
+    read_decoder_and_post(reader, root);
+    model.kind.resize(static_cast<std::size_t>(max_id) + 1);
+    model.spelling.resize(model.kind.size());
+    model.bytes.resize(model.kind.size());
+  } catch (const json::exception& e) {  // a field of an unexpected type deep inside
+    reader.fail("unexpected JSON content: ", e.what());
+  }
+  return Tokenizer(std::move(impl));
+}
+
+Tokenizer Tokenizer::load(const std::filesystem::path& path) {
+  std::filesystem::path file = path;
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) file /= "tokenizer.json";
+  std::ifstream in(file, std::ios::binary);
+  AMC_CHECK(in.good(), "amc::qwen2::Tokenizer::load", file.string(), ": cannot open (",
+            std::filesystem::exists(file, ec) ? "unreadable" : "no such file", ")");
+  std::ostringstream text;
+  text << in.rdbuf();
+  AMC_CHECK(!in.bad(), "amc::qwen2::Tokenizer::load", file.string(), ": read error");
+  return from_json(text.str(), file.string());
+}
+
+std::vector<std::int32_t> Tokenizer::encode(std::string_view text) const {
+  AMC_CHECK(text.size() < (std::size_t{1} << 31), "amc::qwen2::Tokenizer::encode", "text of ",
+            text.size(), " bytes is beyond 2 GiB");
+  const std::size_t bad = invalid_utf8_offset(text);
+  AMC_CHECK(bad == std::string_view::npos, "amc::qwen2::Tokenizer::encode",
+            "invalid UTF-8 at byte offset ", bad, " of ", text.size());
+  const Model& impl = impl_->model;
+  std::vector<std::int32_t> ids;
+  ids.reserve(text.size() / 3 + 1);
+  std::size_t segment_begin = 0, i = 0;
+  while (i < text.size()) {
+    const Model::Added* match = nullptr;
+    for (const std::size_t k : impl.added_by_first_byte[static_cast<unsigned char>(text[i])]) {
+      if (text.substr(i).starts_with(impl.added[k].content)) {  // longest first
+        match = &impl.added[k];
+        break;
+      }
+    }
+    if (!match) {
+      ++i;
+      continue;
+    }
+    impl.encode_segment(text.substr(segment_begin, i - segment_begin), ids);
+    ids.push_back(match->id);
+    i += match->content.size();
+    segment_begin = i;
+  }
+  impl.encode_segment(text.substr(segment_begin), ids);
+  return ids;
+}
+
+std::string Tokenizer::decode(std::span<const std::int32_t> ids) const {
+  std::string bytes;
+  for (const std::int32_t id : ids) {
+    impl_->model.check_id(id, "amc::qwen2::Tokenizer::decode");
+    bytes += impl_->model.bytes[static_cast<std::size_t>(id)];
+  }
+  return utf8_lossy(bytes);
+}
+
+std::string Tokenizer::token_bytes(std::int32_t id) const {
+  impl_->model.check_id(id, "amc::qwen2::Tokenizer::token_bytes");
+  return impl_->model.bytes[static_cast<std::size_t>(id)];
+}
+
+std::optional<std::int32_t> Tokenizer::token_id(std::string_view token) const {
+  const std::string key(token);
+  if (const auto it = impl_->model.added_id.find(key); it != impl_->model.added_id.end())
+    return it->second;
+  if (const auto it = impl_->model.vocab.find(key); it != impl_->model.vocab.end())
+    return it->second;
+  return std::nullopt;
+}
+
+std::int64_t Tokenizer::vocab_size() const {
+  return static_cast<std::int64_t>(impl_->model.kind.size());
+}
+
+std::string nfc(std::string_view text) {
+  const std::size_t bad = invalid_utf8_offset(text);
+  AMC_CHECK(bad == std::string_view::npos, "amc::qwen2::nfc", "invalid UTF-8 at byte offset ", bad,
+            " of ", text.size());
+  return nfc_of_valid(text);
+}
+
+// --- synthetic tokenizer -------------------------------------------------------------------------
+
+namespace {
+
+/// The text the synthetic tokenizer's merges are learned from: English prose, C++ and Python.
+constexpr std::string_view kSampleText = R"SAMPLE(
+The reference transformer reads a configuration, a checkpoint and a tokenizer, and then it
+generates text one token at a time. Each step computes attention over every position that came
+before it, so the cost of a step grows with the length of the context. When the context is
+long, most of the attention mass falls on a small number of blocks: the first few tokens, the
+most recent window, and a handful of places where the query finds what it is looking for.
+A block-sparse decoder reads only those blocks, and the omitted mass tells us how much of the
+softmax was left out. If the omitted mass is small, the output is close to the dense output;
+if it is large, we should read more blocks, or fall back to the dense path.
+
+On a grey morning in the harbour town, the ferry left an hour late. She opened the
+window, looked at the garden, and said that the weather would change before the evening.
+"They'll be here soon," he answered, "and I'm sure they've brought the books we wanted."
+We don't know yet whether the results will hold for larger models, but the first numbers are
+encouraging: the sparse path was faster at long context, and the tokens it produced were the
+same as the dense ones in almost every case we tried. There are 24 layers, 14 heads and 2 key
+value heads; the hidden size is 896 and the vocabulary has 151936 rows.
+
+Questions worth asking: what is the bandwidth of the machine? How many bytes does one decode
+step read? Which part of the time goes to the weights, and which part to the cache? These are
+the questions that decide whether a change is worth making, and the answers are in the numbers.
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace example {
+
+/// Returns the index of the largest value, or -1 when the span is empty.
+template <class T>
+std::int64_t argmax(const std::vector<T>& values) {
+  if (values.empty()) return -1;
+  std::int64_t best = 0;
+  for (std::int64_t i = 1; i < static_cast<std::int64_t>(values.size()); ++i) {
+    if (values[i] > values[best]) best = i;
+  }
+  return best;
+}
+
+struct Config {
+  int hidden_size = 896;
+  int num_heads = 14;
+  int num_kv_heads = 2;
+  double rope_theta = 1000000.0;
+};
+
+class Cache {
+ public:
+  explicit Cache(std::size_t capacity) : capacity_(capacity) {}
+  void append(const float* key, const float* value, std::size_t head_dim) {
+    for (std::size_t i = 0; i < head_dim; ++i) {
+      keys_.push_back(key[i]);
+      values_.push_back(value[i]);
+    }
+    ++length_;
+  }
+  std::size_t size() const { return length_; }
+
+ private:
+  std::size_t capacity_ = 0;
+  std::size_t length_ = 0;
+  std::vector<float> keys_;
+  std::vector<float> values_;
+};
+
+}  // namespace example
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (const std::string& arg : args) {
+    if (arg == "--help") return 0;
+  }
+  return example::argmax(std::vector<int>{3, 1, 4, 1, 5, 9, 2, 6}) == 5 ? 0 : 1;
+}
+
+import json
+import math
+import sys
+
+
+def softmax(values):
+    """Returns the softmax of a list of floats."""
+    top = max(values)
+    exps = [math.exp(v - top) for v in values]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+class Tokenizer:
+    def __init__(self, path):
+        with open(path, "r", encoding="utf-8") as f:
+            self.data = json.load(f)
+        self.vocab = self.data["model"]["vocab"]
+
+    def encode(self, text):
+        ids = []
+        for word in text.split():
+            if word in self.vocab:
+                ids.append(self.vocab[word])
+            else:
+                ids.extend(self.vocab[c] for c in word if c in self.vocab)
+        return ids
+
+
+def main(argv):
+    if len(argv) < 2:
+        print("usage: tokenize.py TOKENIZER_JSON [TEXT...]", file=sys.stderr)
+        return 2
+    tokenizer = Tokenizer(argv[1])
+    for text in argv[2:]:
+        print(json.dumps({"text": text, "ids": tokenizer.encode(text)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
+)SAMPLE";
+
+/// Greedy BPE training on kSampleText: the most frequent adjacent pair (ties: the smaller pair of
+/// spellings) is merged until `regular` tokens exist or no pair is left; then filler merges of
+/// existing tokens, in a fixed order, make up the rest.
+struct SyntheticBpe {
+  std::vector<std::string> tokens;  ///< byte-level spellings by id
+  std::vector<std::pair<std::int32_t, std::int32_t>> merges;
+
+  explicit SyntheticBpe(std::size_t regular) {
+    const ByteMap& map = byte_map();
+    std::unordered_map<std::string, std::int32_t> ids;
+    const auto add_token = [&](const std::string& spelling) {
+      ids.emplace(spelling, static_cast<std::int32_t>(tokens.size()));
+      tokens.push_back(spelling);
+    };
+    for (const unsigned char b : map.order) add_token(map.utf8_of_byte[b]);
+
+    // Words of the sample with their counts, as sequences of token ids.
+    std::map<std::string, std::int64_t> word_counts;
+    {
+      const Regex regex(kQwen2SplitRegex, false, "amc::qwen2::synthetic_tokenizer_json", "regex");
+      std::vector<std::string_view> pieces;
+      regex.split(kSampleText, pieces);
+      for (const std::string_view piece : pieces) ++word_counts[std::string(piece)];
+    }
+    std::vector<std::pair<std::vector<std::int32_t>, std::int64_t>> words;
+    for (const auto& [word, count] : word_counts) {
+      std::vector<std::int32_t> symbols;
+      for (const char c : word)
+        symbols.push_back(ids.at(map.utf8_of_byte[static_cast<unsigned char>(c)]));
+      words.emplace_back(std::move(symbols), count);
+    }
+
+    std::unordered_set<std::uint64_t> merged;
+    while (tokens.size() < regular) {
+      std::unordered_map<std::uint64_t, std::int64_t> counts;
+      for (const auto& [symbols, count] : words) {
+        for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
+          counts[pair_key(symbols[i], symbols[i + 1])] += count;
+        }
+      }
+      std::uint64_t best = 0;
+      std::int64_t best_count = 0;
+      const auto spelling_pair = [&](std::uint64_t key) {
+        return std::make_pair(std::string_view(tokens[key >> 32]),
+                              std::string_view(tokens[key & 0xFFFFFFFFu]));
+      };
+      for (const auto& [key, count] : counts) {
+        if (merged.contains(key)) continue;
+        if (count > best_count ||
+            (count == best_count && spelling_pair(key) < spelling_pair(best))) {
+          best = key;
+          best_count = count;
+        }
+      }
+      if (best_count == 0) break;  // the sample is exhausted
+      const auto left = static_cast<std::int32_t>(best >> 32);
+      const auto right = static_cast<std::int32_t>(best & 0xFFFFFFFFu);
+      const std::string spelling =
+          tokens[static_cast<std::size_t>(left)] + tokens[static_cast<std::size_t>(right)];
+      if (!ids.contains(spelling)) add_token(spelling);
+      const std::int32_t id = ids.at(spelling);
+      merges.emplace_back(left, right);
+      merged.insert(best);
+      for (auto& [symbols, count] : words) {
+        std::vector<std::int32_t> next;
+        next.reserve(symbols.size());
+        for (std::size_t i = 0; i < symbols.size(); ++i) {
+          if (i + 1 < symbols.size() && symbols[i] == left && symbols[i + 1] == right) {
+            next.push_back(id);
+            ++i;
+          } else {
+            next.push_back(symbols[i]);
+          }
+        }
+        symbols = std::move(next);
+      }
+    }
+
+    // Fillers: pairs (i, j) of existing tokens along anti-diagonals i + j = s, skipping pairs
+    // already merged and spellings already present.
+    for (std::size_t s = 0; tokens.size() < regular; ++s) {
+      for (std::size_t i = 0; i <= s && tokens.size() < regular; ++i) {
+        const std::size_t j = s - i;
+        if (i >= tokens.size() || j >= tokens.size()) continue;
+        const auto left = static_cast<std::int32_t>(i), right = static_cast<std::int32_t>(j);
+        if (merged.contains(pair_key(left, right))) continue;
+        const std::string spelling = tokens[i] + tokens[j];
+        if (ids.contains(spelling)) continue;
+        add_token(spelling);
+        merges.emplace_back(left, right);
+        merged.insert(pair_key(left, right));
+      }
+    }
+  }
+};
+
+}  // namespace
+
+std::string synthetic_tokenizer_json(std::int64_t vocab_size) {
+  AMC_CHECK(vocab_size >= 260 && vocab_size <= kMaxTokenId, "amc::qwen2::synthetic_tokenizer_json",
+            "vocab_size ", vocab_size, " is outside [260, ", kMaxTokenId,
+            "] (256 byte tokens, merges, 3 special tokens)");
+  const auto regular = static_cast<std::size_t>(vocab_size - 3);
+  const SyntheticBpe bpe(regular);
+
+  using ordered = nlohmann::ordered_json;
+  // In id order, as real files are. ordered_json's own insertion searches linearly for the key;
+  // the spellings are unique, so append to its underlying vector directly.
+  ordered vocab = ordered::object();
+  auto& entries = vocab.get_ref<ordered::object_t&>();
+  entries.reserve(bpe.tokens.size());
+  for (std::size_t id = 0; id < bpe.tokens.size(); ++id) {
+    entries.emplace_back(bpe.tokens[id], ordered(id));
+  }
+  ordered merges = ordered::array();
+  for (const auto& [left, right] : bpe.merges) {
+    merges.push_back(bpe.tokens[static_cast<std::size_t>(left)] + " " +
+                     bpe.tokens[static_cast<std::size_t>(right)]);
+  }
+  ordered added = ordered::array();
+  for (std::size_t k = 0; k < 3; ++k) {
+    ordered token = ordered::object();
+    token["id"] = regular + k;
+    token["content"] = kSpecialTokens[k];
+    token["single_word"] = false;
+    token["lstrip"] = false;
+    token["rstrip"] = false;
+    token["normalized"] = false;
+    token["special"] = true;
+    added.push_back(std::move(token));
+  }
+  const auto byte_level_step = [] {
+    ordered step = ordered::object();
+    step["type"] = "ByteLevel";
+    step["add_prefix_space"] = false;
+    step["trim_offsets"] = false;
+    step["use_regex"] = false;
+    return step;
+  };
+  ordered split = ordered::object();
+  split["type"] = "Split";
+  split["pattern"] = ordered::object({{"Regex", kQwen2SplitRegex}});
+  split["behavior"] = "Isolated";
+  split["invert"] = false;
+  ordered pre_tokenizer = ordered::object();
+  pre_tokenizer["type"] = "Sequence";
+  pre_tokenizer["pretokenizers"] = ordered::array({split, byte_level_step()});
+
+  ordered model = ordered::object();
+  model["type"] = "BPE";
+  model["dropout"] = nullptr;
+  model["unk_token"] = nullptr;
+  model["continuing_subword_prefix"] = "";
+  model["end_of_word_suffix"] = "";
+  model["fuse_unk"] = false;
+  model["byte_fallback"] = false;
+  model["vocab"] = std::move(vocab);
+  model["merges"] = std::move(merges);
+
+  ordered root = ordered::object();
+  root["version"] = "1.0";
+  root["truncation"] = nullptr;
+  root["padding"] = nullptr;
+  root["added_tokens"] = std::move(added);
+  root["normalizer"] = ordered::object({{"type", "NFC"}});
+  root["pre_tokenizer"] = std::move(pre_tokenizer);
+  root["post_processor"] = byte_level_step();
+  root["decoder"] = byte_level_step();
+  root["model"] = std::move(model);
+  return root.dump();
+}
+
+}  // namespace amc::qwen2

@@ -1,0 +1,72 @@
+// Byte-level BPE tokenizer read from a Hugging Face tokenizer.json (Qwen2's format).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace amc::qwen2 {
+
+/// Encodes and decodes exactly as Qwen2's tokenizer.json says: added/special tokens matched
+/// first, NFC normalisation, the Split pre-tokenizer regex (PCRE2, Unicode classes), the
+/// byte-to-unicode map, ranked BPE merges ("a b" strings or ["a", "b"] pairs), ByteLevel decode.
+/// No BOS is added. Immutable after loading, so one tokenizer may be shared by threads (its
+/// cache of encoded words is internally locked).
+///
+/// Accepted tokenizer.json structures (Qwen2, Qwen2.5, Qwen3): normalizer null, NFC or a
+/// Sequence of NFC; pre_tokenizer Split (behavior Isolated, Regex or String pattern) steps
+/// followed by ByteLevel (add_prefix_space false; use_regex true adds GPT-2's regex), alone or in
+/// a Sequence; model BPE without dropout, byte_fallback, subword prefix or suffix, all 256 byte
+/// tokens present, optional ignore_merges; added tokens without lstrip/rstrip/single_word, matched
+/// on the raw text; decoder ByteLevel; post_processor null or ByteLevel; truncation null.
+/// Anything else is refused with an amc::error naming the field.
+class Tokenizer {
+ public:
+  /// Loads DIR/tokenizer.json (or the file itself). Throws amc::error naming the file and the
+  /// problem (missing model, unknown merge tokens, duplicate ids, unsupported settings).
+  static Tokenizer load(const std::filesystem::path& path);
+  /// Same, from the JSON text; `source` names it in errors.
+  static Tokenizer from_json(std::string_view json_text,
+                             const std::string& source = "tokenizer.json");
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  /// Token ids of `text` (UTF-8; invalid UTF-8 is an amc::error naming the byte offset).
+  std::vector<std::int32_t> encode(std::string_view text) const;
+  /// The UTF-8 text of `ids`; ids outside the vocabulary are an amc::error naming the id. Bytes
+  /// that do not form valid UTF-8 (a character cut off at the end) become U+FFFD, as in the
+  /// Hugging Face decoder.
+  std::string decode(std::span<const std::int32_t> ids) const;
+  /// The bytes one token stands for (for streaming output: may be an incomplete UTF-8 sequence).
+  std::string token_bytes(std::int32_t id) const;
+  /// The id of a token string as written in the vocabulary or added tokens, if any.
+  std::optional<std::int32_t> token_id(std::string_view token) const;
+  /// Largest id + 1 over the vocabulary and added tokens.
+  std::int64_t vocab_size() const;
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// NFC normalisation of UTF-8 text (utf8proc), as the Qwen2 normalizer does; the tests compare
+/// decode(encode(text)) with it. Invalid UTF-8 is an amc::error naming the byte offset.
+std::string nfc(std::string_view text);
+
+/// A deterministic byte-level BPE tokenizer.json for synthetic checkpoints: the 256 byte tokens,
+/// merges learned greedily from a small built-in English and code sample up to
+/// `vocab_size` - 3 regular tokens (once the sample has no pair left, filler merges of existing
+/// tokens in a fixed order), and <|endoftext|>, <|im_start|>, <|im_end|> as the last three
+/// ids. Same pre-tokenizer, normalizer and decoder as Qwen2, so Tokenizer loads it unchanged.
+/// \param vocab_size total ids, >= 259 + 1
+std::string synthetic_tokenizer_json(std::int64_t vocab_size);
+
+}  // namespace amc::qwen2

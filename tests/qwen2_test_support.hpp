@@ -1,0 +1,221 @@
+// Shared by the Qwen2 model tests: temporary checkpoints and an independent double-precision
+// Qwen2 forward pass written with plain loops (it reads the safetensors file itself and shares
+// no code with examples/qwen2 beyond amc's file reader).
+#pragma once
+
+#include <amc/io/safetensors.hpp>
+#include <amc/storage.hpp>
+
+#include <unistd.h>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "qwen2/synth.hpp"
+
+namespace amc::qwen2::test {
+
+/// A fresh directory under the system's temporary directory, removed when the object dies.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name) {
+    path_ = std::filesystem::temp_directory_path() /
+            ("amc_qwen2_" + std::to_string(::getpid()) + "_" + name);
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// The tiny test shape with overrides.
+inline SynthSpec tiny_spec(StorageType dtype, std::uint64_t seed = 7) {
+  SynthSpec spec;
+  spec.config = synth_shape("tiny");
+  spec.dtype = dtype;
+  spec.seed = seed;
+  return spec;
+}
+
+/// A second shape with head_dim 64 (amc's specialised kernels), GQA groups of 3 and odd sizes.
+inline SynthSpec wide_spec(StorageType dtype, std::uint64_t seed = 11) {
+  SynthSpec spec = tiny_spec(dtype, seed);
+  spec.config.hidden_size = 384;
+  spec.config.num_attention_heads = 6;
+  spec.config.num_key_value_heads = 2;
+  spec.config.intermediate_size = 200;
+  spec.config.num_hidden_layers = 2;
+  spec.config.vocab_size = 300;
+  return spec;
+}
+
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// Qwen2 in double precision, straight from the formulas (QWEN2.md), position by position.
+class NaiveQwen2 {
+ public:
+  explicit NaiveQwen2(const std::filesystem::path& dir) {
+    const nlohmann::json c = nlohmann::json::parse(read_file(dir / "config.json"));
+    hidden_ = c["hidden_size"].get<int>();
+    heads_ = c["num_attention_heads"].get<int>();
+    kv_heads_ = c["num_key_value_heads"].get<int>();
+    inter_ = c["intermediate_size"].get<int>();
+    layers_ = c["num_hidden_layers"].get<int>();
+    vocab_ = c["vocab_size"].get<int>();
+    theta_ = c["rope_theta"].get<double>();
+    eps_ = c["rms_norm_eps"].get<double>();
+    head_dim_ = hidden_ / heads_;
+    const SafetensorsFile file = SafetensorsFile::open(dir / "model.safetensors");
+    for (const TensorInfo& info : file.tensors()) {
+      const std::vector<float> values = file.to_f32(info.name);
+      tensors_[info.name] = std::vector<double>(values.begin(), values.end());
+    }
+  }
+
+  int vocab() const { return vocab_; }
+
+  /// Logits [tokens][vocab] of every position. With bf16_kv, keys (after RoPE) and values are
+  /// rounded to bf16 as a bf16 cache stores them.
+  std::vector<std::vector<double>> logits(const std::vector<std::int32_t>& tokens,
+                                          bool bf16_kv) const {
+    const int n = static_cast<int>(tokens.size());
+    const int group = heads_ / kv_heads_;
+    const int half = head_dim_ / 2;
+    std::vector<std::vector<double>> x(static_cast<std::size_t>(n));
+    for (int t = 0; t < n; ++t) x[t] = row("model.embed_tokens.weight", tokens[t], hidden_);
+    for (int l = 0; l < layers_; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      std::vector<std::vector<double>> q(n), k(n), v(n);
+      for (int t = 0; t < n; ++t) {
+        const std::vector<double> xn = rms(x[t], p + "input_layernorm.weight");
+        q[t] = linear(p + "self_attn.q_proj", xn, true);
+        k[t] = linear(p + "self_attn.k_proj", xn, true);
+        v[t] = linear(p + "self_attn.v_proj", xn, true);
+        for (int h = 0; h < heads_; ++h) rope(q[t].data() + h * head_dim_, t, half);
+        for (int h = 0; h < kv_heads_; ++h) rope(k[t].data() + h * head_dim_, t, half);
+        if (bf16_kv) {
+          for (double& e : k[t]) e = to_float(to_bf16(static_cast<float>(e)));
+          for (double& e : v[t]) e = to_float(to_bf16(static_cast<float>(e)));
+        }
+      }
+      for (int t = 0; t < n; ++t) {
+        std::vector<double> attn(static_cast<std::size_t>(heads_ * head_dim_), 0.0);
+        for (int h = 0; h < heads_; ++h) {
+          const int g = h / group;
+          std::vector<double> scores(static_cast<std::size_t>(t + 1));
+          double max = -1e300;
+          for (int j = 0; j <= t; ++j) {
+            double s = 0.0;
+            for (int i = 0; i < head_dim_; ++i)
+              s += q[t][h * head_dim_ + i] * k[j][g * head_dim_ + i];
+            scores[j] = s / std::sqrt(static_cast<double>(head_dim_));
+            max = std::max(max, scores[j]);
+          }
+          double sum = 0.0;
+          for (double& s : scores) sum += (s = std::exp(s - max));
+          for (int j = 0; j <= t; ++j) {
+            for (int i = 0; i < head_dim_; ++i) {
+              attn[h * head_dim_ + i] += scores[j] / sum * v[j][g * head_dim_ + i];
+            }
+          }
+        }
+        add(x[t], linear(p + "self_attn.o_proj", attn, false));
+        const std::vector<double> xn = rms(x[t], p + "post_attention_layernorm.weight");
+        const std::vector<double> gate = linear(p + "mlp.gate_proj", xn, false);
+        std::vector<double> up = linear(p + "mlp.up_proj", xn, false);
+        for (std::size_t i = 0; i < up.size(); ++i) up[i] *= gate[i] / (1.0 + std::exp(-gate[i]));
+        add(x[t], linear(p + "mlp.down_proj", up, false));
+      }
+    }
+    const std::string unembedding =
+        tensors_.count("lm_head.weight") != 0 ? "lm_head.weight" : "model.embed_tokens.weight";
+    std::vector<std::vector<double>> out(static_cast<std::size_t>(n));
+    for (int t = 0; t < n; ++t) {
+      const std::vector<double> xn = rms(x[t], "model.norm.weight");
+      out[t] = matvec(tensors_.at(unembedding), xn, vocab_);
+    }
+    return out;
+  }
+
+ private:
+  std::vector<double> row(const std::string& name, int r, int cols) const {
+    const std::vector<double>& m = tensors_.at(name);
+    return {m.begin() + static_cast<std::ptrdiff_t>(r) * cols,
+            m.begin() + static_cast<std::ptrdiff_t>(r + 1) * cols};
+  }
+  static std::vector<double> matvec(const std::vector<double>& m, const std::vector<double>& x,
+                                    int rows) {
+    const auto cols = static_cast<int>(x.size());
+    std::vector<double> y(static_cast<std::size_t>(rows), 0.0);
+    for (int r = 0; r < rows; ++r) {
+      double s = 0.0;
+      for (int c = 0; c < cols; ++c) s += m[static_cast<std::size_t>(r) * cols + c] * x[c];
+      y[r] = s;
+    }
+    return y;
+  }
+  std::vector<double> linear(const std::string& name, const std::vector<double>& x,
+                             bool bias) const {
+    const std::vector<double>& w = tensors_.at(name + ".weight");
+    const auto rows = static_cast<int>(w.size() / x.size());
+    std::vector<double> y = matvec(w, x, rows);
+    if (bias) add(y, tensors_.at(name + ".bias"));
+    return y;
+  }
+  std::vector<double> rms(const std::vector<double>& x, const std::string& weight) const {
+    double ss = 0.0;
+    for (const double e : x) ss += e * e;
+    const double inverse = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps_);
+    const std::vector<double>& w = tensors_.at(weight);
+    std::vector<double> y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inverse * w[i];
+    return y;
+  }
+  void rope(double* x, int position, int half) const {
+    for (int i = 0; i < half; ++i) {
+      const double angle = position * std::pow(theta_, -2.0 * i / (2.0 * half));
+      const double a = x[i], b = x[i + half];
+      x[i] = a * std::cos(angle) - b * std::sin(angle);
+      x[i + half] = b * std::cos(angle) + a * std::sin(angle);
+    }
+  }
+  static void add(std::vector<double>& x, const std::vector<double>& y) {
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += y[i];
+  }
+
+  int hidden_ = 0, heads_ = 0, kv_heads_ = 0, inter_ = 0, layers_ = 0, vocab_ = 0, head_dim_ = 0;
+  double theta_ = 0.0, eps_ = 0.0;
+  std::map<std::string, std::vector<double>> tensors_;
+};
+
+/// max_i |a_i - b_i| / max_i |b_i|.
+inline double relative_error(const float* a, const std::vector<double>& b) {
+  double diff = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return diff / scale;
+}
+
+}  // namespace amc::qwen2::test

