@@ -16,6 +16,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "amc/amc.hpp"
@@ -198,6 +199,30 @@ void BM_Select(benchmark::State& state) {
   state.counters["blocks_scored"] = static_cast<double>(kv.summaries[0].blocks());
 }
 
+/// The same operators on one cache copy, read again and again: once it sits in L2/L3 this is
+/// the operators' compute cost alone, which together with the cold (ring) numbers separates
+/// arithmetic from memory time.
+template <KvStorage T, bool kSparse>
+void BM_Hot(benchmark::State& state) {
+  auto& kv = ring<T>(state.range(0));
+  const RowMatrix queries = group_queries();
+  RowMatrix out(kGroupHeads, kHeadDim);
+  std::vector<HeadResult> results(kGroupHeads);
+  DenseDecode dense;
+  BlockSparseDecode<> sparse(sparse_config());
+  const KvHead<KvView<T>> head{kv.view(0), &kv.summaries[0]};
+  for (auto _ : state) {
+    if constexpr (kSparse) {
+      sparse.decode(queries, head, out, results);
+    } else {
+      dense.decode(queries, head, out, results);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * results[0].positions_read);  // positions/s
+  state.counters["positions_read"] = static_cast<double>(results[0].positions_read);
+}
+
 void BM_SummaryAppend(benchmark::State& state) {
   const std::int64_t capacity = 1 << 16;
   std::vector<bf16> keys(static_cast<std::size_t>(capacity * kHeadDim)), values(keys.size());
@@ -277,6 +302,11 @@ void register_contexts(const std::string& suffix) {
 int main(int argc, char** argv) {
   register_contexts<amc::bf16>("");
   register_contexts<float>("_f32");
+  for (auto [name, fn, n] : {std::tuple{"BM_DenseDecodeHot", &BM_Hot<amc::bf16, false>, 2048},
+                             std::tuple{"BM_DenseDecodeHot_f32", &BM_Hot<float, false>, 2048},
+                             std::tuple{"BM_SparseDecodeHot", &BM_Hot<amc::bf16, true>, 16384}}) {
+    benchmark::RegisterBenchmark(name, fn)->Arg(n)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  }
   benchmark::RegisterBenchmark("BM_SummaryAppend", BM_SummaryAppend)->ArgName("all_stats")->Arg(0)->Arg(1);
   for (auto [name, fn] : {std::pair{"BM_LayerDenseDecode", &BM_LayerDenseDecode},
                           std::pair{"BM_LayerSparseDecode", &BM_LayerSparseDecode}}) {
