@@ -95,12 +95,14 @@ struct KvRing {
       keys[i] = from_float<T>(pool[(i * 7 + i / 65521) & 0xFFFF]);
       values[i] = from_float<T>(pool[(i * 13 + 5 + i / 65519) & 0xFFFF]);
     }
-    for (std::int64_t c = 0; c < copies; ++c) summaries.push_back(BlockSummaries::build(view(c), 32));
+    for (std::int64_t c = 0; c < copies; ++c)
+      summaries.push_back(BlockSummaries::build(view(c), 32));
   }
 
   KvView<T> view(std::int64_t copy) const {
     const std::int64_t offset = copy * positions * kHeadDim;
-    return KvView<T>(keys_buffer->data() + offset, values_buffer->data() + offset, positions, kHeadDim);
+    return KvView<T>(keys_buffer->data() + offset, values_buffer->data() + offset, positions,
+                     kHeadDim);
   }
   std::int64_t advance() {
     next = (next + 1) % copies;
@@ -179,7 +181,8 @@ void BM_SparseDecode(benchmark::State& state) {
     summary_bytes += kv.summaries[c].blocks() * kHeadDim * 4;  // the mean keys it scores
   }
   state.SetBytesProcessed(positions * row_bytes<T>() + summary_bytes);
-  state.counters["positions_read"] = static_cast<double>(positions) / static_cast<double>(state.iterations());
+  state.counters["positions_read"] =
+      static_cast<double>(positions) / static_cast<double>(state.iterations());
   state.counters["summary_bytes"] = static_cast<double>(kv.summaries[0].memory_bytes());
   state.counters["summary_bytes_per_position"] =
       static_cast<double>(kv.summaries[0].memory_bytes()) / static_cast<double>(kv.positions);
@@ -232,7 +235,8 @@ void BM_SummaryAppend(benchmark::State& state) {
     keys[i] = to_bf16(normal(rng));
     values[i] = to_bf16(normal(rng));
   }
-  const SummaryOptions options{.channel_bounds = state.range(0) != 0, .value_norms = state.range(0) != 0};
+  const SummaryOptions options{.channel_bounds = state.range(0) != 0,
+                               .value_norms = state.range(0) != 0};
   BlockSummaries summaries(32, kHeadDim, options);
   summaries.reserve(capacity);
   std::int64_t p = 0;
@@ -248,8 +252,8 @@ void BM_SummaryAppend(benchmark::State& state) {
     ++p;
   }
   state.SetItemsProcessed(state.iterations());
-  state.counters["summary_bytes_per_position"] =
-      static_cast<double>(summaries.memory_bytes()) / static_cast<double>(std::max<std::int64_t>(p, 1));
+  state.counters["summary_bytes_per_position"] = static_cast<double>(summaries.memory_bytes()) /
+                                                 static_cast<double>(std::max<std::int64_t>(p, 1));
 }
 
 /// All 14 query heads of a Qwen2-0.5B layer (2 KV heads), dense, on range(1) threads.
@@ -266,7 +270,8 @@ void layer_benchmark(benchmark::State& state, Op prototype) {
   std::int64_t positions = 0;
   for (auto _ : state) {
     const std::int64_t a = kv.advance(), b = kv.advance();
-    const KvHead<KvView<bf16>> heads[2] = {{kv.view(a), &kv.summaries[a]}, {kv.view(b), &kv.summaries[b]}};
+    const KvHead<KvView<bf16>> heads[2] = {{kv.view(a), &kv.summaries[a]},
+                                           {kv.view(b), &kv.summaries[b]}};
     layer.decode(queries, std::span<const KvHead<KvView<bf16>>>(heads, 2), out, results);
     benchmark::DoNotOptimize(out.data());
     positions += results[0].positions_read + results[kGroupHeads].positions_read;
@@ -307,7 +312,10 @@ int main(int argc, char** argv) {
                              std::tuple{"BM_SparseDecodeHot", &BM_Hot<amc::bf16, true>, 16384}}) {
     benchmark::RegisterBenchmark(name, fn)->Arg(n)->UseRealTime()->Unit(benchmark::kMicrosecond);
   }
-  benchmark::RegisterBenchmark("BM_SummaryAppend", BM_SummaryAppend)->ArgName("all_stats")->Arg(0)->Arg(1);
+  benchmark::RegisterBenchmark("BM_SummaryAppend", BM_SummaryAppend)
+      ->ArgName("all_stats")
+      ->Arg(0)
+      ->Arg(1);
   for (auto [name, fn] : {std::pair{"BM_LayerDenseDecode", &BM_LayerDenseDecode},
                           std::pair{"BM_LayerSparseDecode", &BM_LayerSparseDecode}}) {
     for (const std::int64_t n : {16384, 65536}) {

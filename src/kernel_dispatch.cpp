@@ -7,22 +7,34 @@
 #include "amc/error.hpp"
 #include "kernels_registry.hpp"
 
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
+#endif
+
 namespace amc::kernels {
 namespace {
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+/// F16C from CPUID leaf 1 (ECX bit 29). Not through __builtin_cpu_supports: clang before 16
+/// does not know the "f16c" feature name there and refuses to compile it. The OS support for
+/// the YMM state these VEX instructions need is implied by the AVX2 check it is paired with.
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
 
 [[maybe_unused]] bool cpu_supports([[maybe_unused]] std::string_view name) {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
   __builtin_cpu_init();
   if (name == "sse2") return __builtin_cpu_supports("sse2");
   if (name == "avx2") {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   }
   if (name == "avx512") {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd") &&
-           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   }
 #endif
   return false;
@@ -48,10 +60,11 @@ const KernelTable& choose() {
   if (requested == nullptr || *requested == '\0') return *tables.back();
   if (const KernelTable* table = find(requested)) return *table;
   std::string names;
-  for (const KernelTable* table : tables) names += (names.empty() ? "" : ", ") + std::string(table->name);
-  ::amc::detail::throw_error("amc::kernels::active", "AMC_KERNELS='", requested,
-                      "' is not an instruction set this build and CPU support (available: ", names,
-                      ")");
+  for (const KernelTable* table : tables)
+    names += (names.empty() ? "" : ", ") + std::string(table->name);
+  ::amc::detail::throw_error(
+      "amc::kernels::active", "AMC_KERNELS='", requested,
+      "' is not an instruction set this build and CPU support (available: ", names, ")");
 }
 
 }  // namespace

@@ -85,7 +85,7 @@ template <class Ops, KvStorage T>
 void attend_entry(const AttendArgs& a) {
   const T* keys = static_cast<const T*>(a.keys);
   const T* values = static_cast<const T*>(a.values);
-  float* scores = a.scratch;                           // [heads, kAttendChunk]
+  float* scores = a.scratch;                              // [heads, kAttendChunk]
   float* value_row = a.scratch + a.heads * kAttendChunk;  // [head_dim]
   for (std::int64_t first = 0; first < a.rows; first += kAttendChunk) {
     const std::int64_t rows = std::min(kAttendChunk, a.rows - first);
@@ -191,8 +191,7 @@ struct ScalarOps {
     for (; i < n; ++i) acc[0] += x[i];
     return (acc[0] + acc[1]) + (acc[2] + acc[3]);
   }
-  static float channel_bound_row(const float* q, const float* lo, const float* hi,
-                                 std::int64_t n) {
+  static float channel_bound_row(const float* q, const float* lo, const float* hi, std::int64_t n) {
     float sum = 0.0f;
     for (std::int64_t i = 0; i < n; ++i) sum += std::max(q[i] * lo[i], q[i] * hi[i]);
     return sum;

@@ -96,7 +96,8 @@ struct SimdOps {
     const Batch a(alpha);
     std::int64_t i = 0;
     for (; i + W <= n; i += W) {
-      xsimd::fma(a, Batch::load_unaligned(x + i), Batch::load_unaligned(y + i)).store_unaligned(y + i);
+      xsimd::fma(a, Batch::load_unaligned(x + i), Batch::load_unaligned(y + i))
+          .store_unaligned(y + i);
     }
     ScalarOps::axpy(alpha, x + i, y + i, n - i);
   }
@@ -150,8 +151,7 @@ struct SimdOps {
     return horizontal_sum<Arch>((a0 + a1) + (a2 + a3)) + ScalarOps::stream_sum(x + i, n - i);
   }
 
-  static float channel_bound_row(const float* q, const float* lo, const float* hi,
-                                 std::int64_t n) {
+  static float channel_bound_row(const float* q, const float* lo, const float* hi, std::int64_t n) {
     Batch acc(0.0f);
     std::int64_t i = 0;
     for (; i + W <= n; i += W) {
@@ -194,9 +194,8 @@ inline FloatBatch<Arch> transpose_sum(const FloatBatch<Arch>* rows) {
         _mm512_add_ps(_mm512_shuffle_ps(quarters[2], quarters[3], _MM_SHUFFLE(1, 0, 1, 0)),
                       _mm512_shuffle_ps(quarters[2], quarters[3], _MM_SHUFFLE(3, 2, 3, 2)));
     // Element 4k + j now holds the sum of row 4j + k.
-    const __m512 sums =
-        _mm512_add_ps(_mm512_shuffle_ps(pairs01, pairs23, _MM_SHUFFLE(2, 0, 2, 0)),
-                      _mm512_shuffle_ps(pairs01, pairs23, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(pairs01, pairs23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                      _mm512_shuffle_ps(pairs01, pairs23, _MM_SHUFFLE(3, 1, 3, 1)));
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     return _mm512_permutexvar_ps(order, sums);
   } else {
@@ -255,12 +254,14 @@ struct BlockedOps : SimdOps<Arch> {
 #pragma GCC unroll 16
         for (std::int64_t r = 0; r < W; ++r, row += row_stride) {
 #pragma GCC unroll 16
-          for (std::int64_t c = 0; c < kChunks; ++c) acc[r] = xsimd::fma(qs[c], load_f32<Arch>(row + c * W), acc[r]);
+          for (std::int64_t c = 0; c < kChunks; ++c)
+            acc[r] = xsimd::fma(qs[c], load_f32<Arch>(row + c * W), acc[r]);
         }
       } else {
         for (std::int64_t r = 0; r < group; ++r, row += row_stride) {
 #pragma GCC unroll 16
-          for (std::int64_t c = 0; c < kChunks; ++c) acc[r] = xsimd::fma(qs[c], load_f32<Arch>(row + c * W), acc[r]);
+          for (std::int64_t c = 0; c < kChunks; ++c)
+            acc[r] = xsimd::fma(qs[c], load_f32<Arch>(row + c * W), acc[r]);
         }
       }
     } else {
@@ -284,16 +285,19 @@ struct BlockedOps : SimdOps<Arch> {
     std::int64_t r0 = 0;
     for (; r0 + W <= count; r0 += W) {
       // Long scans (the mean keys of a long cache) stream from memory: ask two groups ahead.
-      if (r0 + 3 * W <= count) prefetch_rows(rows + (r0 + 2 * W) * row_stride, row_stride, W, head_dim);
+      if (r0 + 3 * W <= count)
+        prefetch_rows(rows + (r0 + 2 * W) * row_stride, row_stride, W, head_dim);
       for (std::int64_t h = 0; h < heads; ++h) {
-        score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride, row_stride, W)
+        score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride, row_stride,
+                             W)
             .store_unaligned(out + h * out_stride + r0);
       }
     }
     if (r0 < count) {
       alignas(64) float lanes[W];
       for (std::int64_t h = 0; h < heads; ++h) {
-        score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride, row_stride, count - r0)
+        score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride, row_stride,
+                             count - r0)
             .store_aligned(lanes);
         std::copy_n(lanes, count - r0, out + h * out_stride + r0);
       }
@@ -348,12 +352,14 @@ struct BlockedOps : SimdOps<Arch> {
     for (; c < head_dim; c += W) {  // one last slab of W channels
       Batch acc[kHeads];
 #pragma GCC unroll 8
-      for (int h = 0; h < kHeads; ++h) acc[h] = Batch::load_unaligned(accumulator + h * head_dim + c);
+      for (int h = 0; h < kHeads; ++h)
+        acc[h] = Batch::load_unaligned(accumulator + h * head_dim + c);
       const T* row = values + c;
       for (std::int64_t r = 0; r < rows; ++r, row += stride) {
         const Batch v = load_f32<Arch>(row);
 #pragma GCC unroll 8
-        for (int h = 0; h < kHeads; ++h) acc[h] = xsimd::fma(Batch(weights[h * kAttendChunk + r]), v, acc[h]);
+        for (int h = 0; h < kHeads; ++h)
+          acc[h] = xsimd::fma(Batch(weights[h * kAttendChunk + r]), v, acc[h]);
       }
 #pragma GCC unroll 8
       for (int h = 0; h < kHeads; ++h) acc[h].store_unaligned(accumulator + h * head_dim + c);
@@ -368,14 +374,30 @@ struct BlockedOps : SimdOps<Arch> {
       const float* w = weights + h0 * kAttendChunk;
       float* acc = accumulator + h0 * head_dim;
       switch (std::min(kHeadGroup, heads - h0)) {
-        case 1: accumulate_values<1>(w, values, stride, rows, head_dim, acc); break;
-        case 2: accumulate_values<2>(w, values, stride, rows, head_dim, acc); break;
-        case 3: accumulate_values<3>(w, values, stride, rows, head_dim, acc); break;
-        case 4: accumulate_values<4>(w, values, stride, rows, head_dim, acc); break;
-        case 5: accumulate_values<5>(w, values, stride, rows, head_dim, acc); break;
-        case 6: accumulate_values<6>(w, values, stride, rows, head_dim, acc); break;
-        case 7: accumulate_values<7>(w, values, stride, rows, head_dim, acc); break;
-        default: accumulate_values<8>(w, values, stride, rows, head_dim, acc); break;
+        case 1:
+          accumulate_values<1>(w, values, stride, rows, head_dim, acc);
+          break;
+        case 2:
+          accumulate_values<2>(w, values, stride, rows, head_dim, acc);
+          break;
+        case 3:
+          accumulate_values<3>(w, values, stride, rows, head_dim, acc);
+          break;
+        case 4:
+          accumulate_values<4>(w, values, stride, rows, head_dim, acc);
+          break;
+        case 5:
+          accumulate_values<5>(w, values, stride, rows, head_dim, acc);
+          break;
+        case 6:
+          accumulate_values<6>(w, values, stride, rows, head_dim, acc);
+          break;
+        case 7:
+          accumulate_values<7>(w, values, stride, rows, head_dim, acc);
+          break;
+        default:
+          accumulate_values<8>(w, values, stride, rows, head_dim, acc);
+          break;
       }
     }
   }

@@ -16,8 +16,8 @@ template <KvStorage T>
 struct TestCache {
   std::int64_t positions = 0;
   std::int64_t head_dim = 0;
-  std::int64_t stride = 0;          // row stride of the contiguous copy (> head_dim: strided)
-  std::vector<T> keys, values;      // [positions, stride]
+  std::int64_t stride = 0;              // row stride of the contiguous copy (> head_dim: strided)
+  std::vector<T> keys, values;          // [positions, stride]
   std::vector<float> keys_f, values_f;  // what the storage holds, as floats
 
   std::int64_t page_size = 0;
@@ -28,7 +28,8 @@ struct TestCache {
   /// Random keys with a few strong rows (a sink at 0 and "needles"), so selection matters.
   TestCache(std::int64_t n, std::int64_t d, std::int64_t page = 16, float key_scale = 1.0f)
       : positions(n), head_dim(d), stride(d + 5), page_size(page) {
-    auto k = random_floats(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * stride), key_scale);
+    auto k =
+        random_floats(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * stride), key_scale);
     auto v = random_floats(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * stride));
     std::uniform_int_distribution<std::int64_t> pick(0, std::max<std::int64_t>(n - 1, 0));
     for (int needle = 0; needle < 4 && n > 0; ++needle) {
@@ -43,7 +44,8 @@ struct TestCache {
     pool_rows = (pages + 2) * page_size;
     key_pool.assign(static_cast<std::size_t>(pool_rows * stride), from_float<T>(99.0f));
     value_pool.assign(static_cast<std::size_t>(pool_rows * stride), from_float<T>(-99.0f));
-    for (std::int64_t p = 0; p < pages; ++p) page_table.push_back(static_cast<std::int32_t>(pages - p));
+    for (std::int64_t p = 0; p < pages; ++p)
+      page_table.push_back(static_cast<std::int32_t>(pages - p));
     for (std::int64_t pos = 0; pos < n; ++pos) {
       const std::int64_t row = page_table[pos / page_size] * page_size + pos % page_size;
       std::copy_n(keys.begin() + pos * stride, stride, key_pool.begin() + row * stride);
@@ -55,7 +57,9 @@ struct TestCache {
     return KvView<T>(keys.data(), values.data(), positions, head_dim, stride, stride);
   }
   PagedKvView<T> paged() const {
-    const std::int64_t last = positions == 0 ? 0 : positions - (static_cast<std::int64_t>(page_table.size()) - 1) * page_size;
+    const std::int64_t last =
+        positions == 0 ? 0
+                       : positions - (static_cast<std::int64_t>(page_table.size()) - 1) * page_size;
     return PagedKvView<T>(key_pool.data(), value_pool.data(), pool_rows, head_dim, page_table,
                           page_size, last, stride, stride);
   }

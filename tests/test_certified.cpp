@@ -39,7 +39,8 @@ Case make_case(std::mt19937_64& rng, Mode mode) {
       v = normal(rng);
       if (mode == Mode::near_duplicate) k = base[i] + 1e-6f * normal(rng);
       if (mode == Mode::huge_logits) k *= 60.0f;
-      if (mode == Mode::opposite_values) v = (p % 2 ? 1.0f : -1.0f) * (base[i] + 0.01f * normal(rng));
+      if (mode == Mode::opposite_values)
+        v = (p % 2 ? 1.0f : -1.0f) * (base[i] + 0.01f * normal(rng));
     }
   }
   if (mode == Mode::needle) {
@@ -59,12 +60,14 @@ Truth truth(const Case& c, const Support& support) {
   double max = -INFINITY;
   for (std::int64_t p = 0; p < c.n; ++p) {
     double dot = 0.0;
-    for (std::int64_t i = 0; i < c.d; ++i) dot += static_cast<double>(c.query[i]) * c.keys[p * c.d + i];
+    for (std::int64_t i = 0; i < c.d; ++i)
+      dot += static_cast<double>(c.query[i]) * c.keys[p * c.d + i];
     s[p] = c.scale * dot;
     max = std::max(max, s[p]);
   }
   double z_all = 0.0, z_s = 0.0, z_o = 0.0;
-  std::vector<double> o(static_cast<std::size_t>(c.d), 0.0), o_s(static_cast<std::size_t>(c.d), 0.0);
+  std::vector<double> o(static_cast<std::size_t>(c.d), 0.0),
+      o_s(static_cast<std::size_t>(c.d), 0.0);
   for (std::int64_t p = 0; p < c.n; ++p) {
     const double w = std::exp(s[p] - max);
     z_all += w;
@@ -92,7 +95,8 @@ TEST_CASE("certified omitted-mass and error bounds are never below the truth", "
     const auto mode = static_cast<Mode>(trial % static_cast<int>(Mode::count));
     const Case c = make_case(rng, mode);
     const KvView<float> kv(c.keys.data(), c.values.data(), c.n, c.d);
-    const auto summaries = BlockSummaries::build(kv, c.block, {.channel_bounds = true, .value_norms = true});
+    const auto summaries =
+        BlockSummaries::build(kv, c.block, {.channel_bounds = true, .value_norms = true});
     // A random support: random sinks/window and a random subset of blocks.
     SparseConfig config;
     config.block_size = c.block;
@@ -108,10 +112,12 @@ TEST_CASE("certified omitted-mass and error bounds are never below the truth", "
     std::vector<HeadResult> result(1);
     decode_support(Eigen::Map<const RowMatrix>(c.query.data(), 1, c.d), kv, support,
                    static_cast<float>(c.scale), out, result);
-    const auto bounds = certified_bounds(c.query, c.scale, summaries, support, result[0].lse,
-                                         std::span<const float>(out.data(), static_cast<std::size_t>(c.d)));
+    const auto bounds =
+        certified_bounds(c.query, c.scale, summaries, support, result[0].lse,
+                         std::span<const float>(out.data(), static_cast<std::size_t>(c.d)));
     const Truth t = truth(c, support);
-    CAPTURE(trial, static_cast<int>(mode), c.n, c.d, c.block, t.eps, bounds.omitted_mass_bound, t.error, bounds.error_bound);
+    CAPTURE(trial, static_cast<int>(mode), c.n, c.d, c.block, t.eps, bounds.omitted_mass_bound,
+            t.error, bounds.error_bound);
     REQUIRE(bounds.omitted_positions == c.n - support.size());
     REQUIRE(bounds.omitted_mass_bound >= t.eps);
     REQUIRE(bounds.omitted_mass_bound <= 1.0);
@@ -129,7 +135,8 @@ TEST_CASE("adaptive selection meets the target with the fewest best-first blocks
     const auto mode = static_cast<Mode>(trial % static_cast<int>(Mode::count));
     const Case c = make_case(rng, mode);
     const KvView<float> kv(c.keys.data(), c.values.data(), c.n, c.d);
-    const auto summaries = BlockSummaries::build(kv, c.block, {.channel_bounds = true, .value_norms = true});
+    const auto summaries =
+        BlockSummaries::build(kv, c.block, {.channel_bounds = true, .value_norms = true});
     SparseConfig config;
     config.block_size = c.block;
     config.sinks = 1;
@@ -140,7 +147,8 @@ TEST_CASE("adaptive selection meets the target with the fewest best-first blocks
     std::vector<float> ranking(static_cast<std::size_t>(summaries.blocks()));
     for (std::int64_t b = 0; b < summaries.blocks(); ++b)
       ranking[b] = static_cast<float>(block_score_upper_bound(c.query, c.scale, summaries, b));
-    const auto sel = adaptive_select(c.query, c.scale, kv, summaries, config, ranking, target, max_k);
+    const auto sel =
+        adaptive_select(c.query, c.scale, kv, summaries, config, ranking, target, max_k);
     CAPTURE(trial, c.n, c.block, target, max_k, sel.needed_k, sel.omitted_mass_bound);
     REQUIRE(sel.needed_k == static_cast<std::int64_t>(sel.blocks.size()));
     REQUIRE(sel.needed_k <= max_k);
@@ -151,7 +159,8 @@ TEST_CASE("adaptive selection meets the target with the fewest best-first blocks
     if (!sel.target_met) {
       REQUIRE((sel.needed_k == max_k || sel.needed_k == candidate_blocks(c.n, config).count()));
     }
-    // Minimality: with one block fewer (the last one added, the lowest-ranked) the bound was above target.
+    // Minimality: with one block fewer (the last one added, the lowest-ranked) the bound was above
+    // target.
     if (sel.needed_k > 0 && sel.target_met) {
       std::vector<std::int64_t> fewer = sel.blocks;
       const auto weakest = std::min_element(fewer.begin(), fewer.end(), [&](auto a, auto b) {
@@ -164,14 +173,16 @@ TEST_CASE("adaptive selection meets the target with the fewest best-first blocks
       std::vector<HeadResult> result(1);
       decode_support(Eigen::Map<const RowMatrix>(c.query.data(), 1, c.d), kv, smaller,
                      static_cast<float>(c.scale), out, result);
-      const auto bounds = certified_bounds(c.query, c.scale, summaries, smaller, result[0].lse,
-                                           std::span<const float>(out.data(), static_cast<std::size_t>(c.d)));
+      const auto bounds =
+          certified_bounds(c.query, c.scale, summaries, smaller, result[0].lse,
+                           std::span<const float>(out.data(), static_cast<std::size_t>(c.d)));
       REQUIRE(bounds.omitted_mass_bound > target * (1 - 1e-6));
     }
   }
 }
 
-TEST_CASE("certified bounds reject summaries without channel bounds or value norms", "[certified]") {
+TEST_CASE("certified bounds reject summaries without channel bounds or value norms",
+          "[certified]") {
   std::vector<float> keys(32, 1.0f);
   const KvView<float> kv(keys.data(), keys.data(), 8, 4);
   const auto means_only = BlockSummaries::build(kv, 4);
@@ -185,5 +196,6 @@ TEST_CASE("certified bounds reject summaries without channel bounds or value nor
   SparseConfig config;
   config.block_size = 4;
   REQUIRE_THROWS_AS(adaptive_select(q, 0.5, kv, full, config, ranking, 1.5, 2), amc::error);
-  REQUIRE_THROWS_AS(adaptive_select(q, 0.5, kv, full, config, std::span(ranking).first(1), 0.1, 2), amc::error);
+  REQUIRE_THROWS_AS(adaptive_select(q, 0.5, kv, full, config, std::span(ranking).first(1), 0.1, 2),
+                    amc::error);
 }

@@ -57,7 +57,8 @@ TEMPLATE_TEST_CASE("dense decode matches the reference", "[decode]", float, amc:
         CAPTURE(test::storage_name<T>(), heads, head_dim, n);
         const test::TestCache<T> cache(n, head_dim);
         const RowMatrix queries = random_queries(heads, head_dim);
-        const std::vector<std::vector<std::int64_t>> all(static_cast<std::size_t>(heads), cache.all_positions());
+        const std::vector<std::vector<std::int64_t>> all(static_cast<std::size_t>(heads),
+                                                         cache.all_positions());
         DenseDecode dense;
         RowMatrix out;
         std::vector<HeadResult> results;
@@ -78,8 +79,9 @@ TEST_CASE("dense decode honours an explicit scale and writes into strided output
   DenseDecode dense(0.5f);
   dense.decode(queries, KvHead<KvView<float>>{cache.view(), nullptr}, big.leftCols(16), results);
   for (Eigen::Index h = 0; h < 3; ++h) {
-    const auto ref = test::reference_attention(queries.row(h).data(), 16, cache.keys_f,
-                                               cache.values_f, cache.stride, cache.all_positions(), 0.5);
+    const auto ref =
+        test::reference_attention(queries.row(h).data(), 16, cache.keys_f, cache.values_f,
+                                  cache.stride, cache.all_positions(), 0.5);
     REQUIRE(test::max_relative_error(big.row(h).data(), ref.out) < 2e-5);
     REQUIRE(big(h, 16) == 7.0f);  // columns beyond the view untouched
   }
@@ -102,8 +104,8 @@ TEMPLATE_TEST_CASE("block-sparse decode equals the reference restricted to its s
           config.window = 20;
           config.scope = scope;
           config.score = rule;
-          const auto summaries = BlockSummaries::build(cache.view(), config.block_size,
-                                                       {.channel_bounds = true, .value_norms = false});
+          const auto summaries = BlockSummaries::build(
+              cache.view(), config.block_size, {.channel_bounds = true, .value_norms = false});
           const RowMatrix queries = random_queries(heads, head_dim);
           BlockSparseDecode<> sparse(config);
           RowMatrix out, paged_out;
@@ -116,17 +118,21 @@ TEMPLATE_TEST_CASE("block-sparse decode equals the reference restricted to its s
             supports.push_back(support.positions());
             // The support: sorted, distinct, within the cache, holding sinks, window and blocks.
             const auto& positions = supports.back();
-            for (std::size_t i = 1; i < positions.size(); ++i) REQUIRE(positions[i - 1] < positions[i]);
+            for (std::size_t i = 1; i < positions.size(); ++i)
+              REQUIRE(positions[i - 1] < positions[i]);
             if (!positions.empty()) REQUIRE(positions.back() < n);
-            for (std::int64_t p = 0; p < std::min<std::int64_t>(config.sinks, n); ++p) REQUIRE(support.contains(p));
-            for (std::int64_t p = std::max<std::int64_t>(0, n - config.window); p < n; ++p) REQUIRE(support.contains(p));
+            for (std::int64_t p = 0; p < std::min<std::int64_t>(config.sinks, n); ++p)
+              REQUIRE(support.contains(p));
+            for (std::int64_t p = std::max<std::int64_t>(0, n - config.window); p < n; ++p)
+              REQUIRE(support.contains(p));
             const auto candidates = candidate_blocks(n, config);
             REQUIRE(static_cast<std::int64_t>(sparse.selected_blocks(h).size()) ==
                     std::min(config.top_k, candidates.count()));
             for (std::int64_t b : sparse.selected_blocks(h)) {
               REQUIRE(b >= candidates.first);
               REQUIRE(b < candidates.last);
-              for (std::int64_t p = b * config.block_size; p < std::min((b + 1) * config.block_size, n); ++p)
+              for (std::int64_t p = b * config.block_size;
+                   p < std::min((b + 1) * config.block_size, n); ++p)
                 REQUIRE(support.contains(p));
             }
             if (scope == SelectionScope::per_group) REQUIRE(supports.back() == supports.front());
@@ -135,7 +141,8 @@ TEMPLATE_TEST_CASE("block-sparse decode equals the reference restricted to its s
 
           // The paged view of the same cache gives the same selection and output.
           run<T>(sparse, queries, cache.paged(), &summaries, paged_out, paged_results);
-          for (std::int64_t h = 0; h < heads; ++h) REQUIRE(sparse.support(h).positions() == supports[h]);
+          for (std::int64_t h = 0; h < heads; ++h)
+            REQUIRE(sparse.support(h).positions() == supports[h]);
           check_against_reference(cache, queries, paged_out, paged_results, supports, 2e-5);
         }
       }
@@ -165,7 +172,8 @@ TEMPLATE_TEST_CASE("a support covering every position gives the dense result", "
       REQUIRE(sparse_results[h].positions_read == n);
       REQUIRE(sparse_results[h].lse == Approx(dense_results[h].lse).epsilon(1e-6));
       for (Eigen::Index i = 0; i < 64; ++i)
-        REQUIRE(std::abs(sparse_out(h, i) - dense_out(h, i)) <= 1e-6f * (1.0f + std::abs(dense_out(h, i))));
+        REQUIRE(std::abs(sparse_out(h, i) - dense_out(h, i)) <=
+                1e-6f * (1.0f + std::abs(dense_out(h, i))));
     }
   }
 }
@@ -235,7 +243,8 @@ TEST_CASE("a user-defined selector plugs into the block-sparse operator", "[deco
   RowMatrix out;
   std::vector<HeadResult> results;
   run<float>(sparse, queries, cache.view(), &summaries, out, results);
-  REQUIRE(std::vector<std::int64_t>(sparse.selected_blocks(0).begin(), sparse.selected_blocks(0).end()) ==
+  REQUIRE(std::vector<std::int64_t>(sparse.selected_blocks(0).begin(),
+                                    sparse.selected_blocks(0).end()) ==
           std::vector<std::int64_t>{46, 47, 48});
   std::vector<std::int64_t> expected;
   for (std::int64_t p = 460; p < 500; ++p) expected.push_back(p);
@@ -247,7 +256,7 @@ TEST_CASE("decode_support over explicit ranges", "[decode]") {
   Support support;
   support.add(250, 400, 300);  // clipped to the cache
   support.add(10, 20, 300);
-  support.add(15, 30, 300);    // overlaps: merged
+  support.add(15, 30, 300);  // overlaps: merged
   support.normalize();
   REQUIRE(support.ranges().size() == 2);
   const RowMatrix queries = random_queries(7, 64);

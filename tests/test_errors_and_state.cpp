@@ -31,14 +31,16 @@ TEST_CASE("paged runs split at page boundaries and address the pool", "[views]")
   const auto paged = cache.paged();
   REQUIRE(paged.positions() == 70);
   std::vector<std::pair<std::int64_t, std::int64_t>> runs;
-  paged.for_each_run(10, 50, [&](const float* k, const float* v, std::int64_t first, std::int64_t rows) {
-    runs.emplace_back(first, rows);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      REQUIRE(k[r * cache.stride] == cache.keys[(first + r) * cache.stride]);
-      REQUIRE(v[r * cache.stride + 3] == cache.values[(first + r) * cache.stride + 3]);
-    }
-  });
-  REQUIRE(runs == std::vector<std::pair<std::int64_t, std::int64_t>>{{10, 6}, {16, 16}, {32, 16}, {48, 2}});
+  paged.for_each_run(
+      10, 50, [&](const float* k, const float* v, std::int64_t first, std::int64_t rows) {
+        runs.emplace_back(first, rows);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          REQUIRE(k[r * cache.stride] == cache.keys[(first + r) * cache.stride]);
+          REQUIRE(v[r * cache.stride + 3] == cache.values[(first + r) * cache.stride + 3]);
+        }
+      });
+  REQUIRE(runs ==
+          std::vector<std::pair<std::int64_t, std::int64_t>>{{10, 6}, {16, 16}, {32, 16}, {48, 2}});
   const auto view = cache.view();
   int calls = 0;
   view.for_each_run(3, 3, [&](auto...) { ++calls; });
@@ -55,7 +57,8 @@ TEST_CASE("softmax state: empty, add, merge and normalise", "[state]") {
 
   // Split a set of positions in two, merge, compare with one pass and with a double reference.
   const std::vector<float> scores = {0.5f, 30.0f, -4.0f, 2.0f, 29.0f};
-  const std::vector<std::vector<float>> values = {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}, {1, 1, 1}, {-1, 2, 0}};
+  const std::vector<std::vector<float>> values = {
+      {1, 0, 0}, {0, 1, 0}, {0, 0, 1}, {1, 1, 1}, {-1, 2, 0}};
   SoftmaxState whole(1, 3), left(1, 3), right(1, 3);
   for (std::size_t j = 0; j < scores.size(); ++j) {
     whole.add(0, scores[j], values[j]);
@@ -92,14 +95,20 @@ TEST_CASE("invalid configs name the field and value", "[errors]") {
     edit(c);
     return c;
   };
-  require_error([&] { with([](SparseConfig& c) { c.block_size = 0; }).validate(); }, {"SparseConfig", "block_size", "0"});
+  require_error([&] { with([](SparseConfig& c) { c.block_size = 0; }).validate(); },
+                {"SparseConfig", "block_size", "0"});
   require_error([&] { with([](SparseConfig& c) { c.top_k = -1; }).validate(); }, {"top_k", "-1"});
   require_error([&] { with([](SparseConfig& c) { c.sinks = -2; }).validate(); }, {"sinks", "-2"});
   require_error([&] { with([](SparseConfig& c) { c.window = -3; }).validate(); }, {"window", "-3"});
-  require_error([&] { with([](SparseConfig& c) { c.scale = -1.0f; }).validate(); }, {"scale", "-1"});
-  require_error([&] { with([](SparseConfig& c) { c.scale = std::nanf(""); }).validate(); }, {"scale"});
-  require_error([&] { with([](SparseConfig& c) { c.scope = static_cast<SelectionScope>(7); }).validate(); }, {"scope", "7"});
-  require_error([&] { BlockSparseDecode<> op(with([](SparseConfig& c) { c.block_size = -4; })); }, {"block_size", "-4"});
+  require_error([&] { with([](SparseConfig& c) { c.scale = -1.0f; }).validate(); },
+                {"scale", "-1"});
+  require_error([&] { with([](SparseConfig& c) { c.scale = std::nanf(""); }).validate(); },
+                {"scale"});
+  require_error(
+      [&] { with([](SparseConfig& c) { c.scope = static_cast<SelectionScope>(7); }).validate(); },
+      {"scope", "7"});
+  require_error([&] { BlockSparseDecode<> op(with([](SparseConfig& c) { c.block_size = -4; })); },
+                {"block_size", "-4"});
   require_error([] { parse_scope("heads"); }, {"scope", "heads"});
   require_error([] { parse_score_rule("max"); }, {"score", "max"});
   require_error([] { DenseDecode op(0.0f); }, {"DenseDecode", "scale"});
@@ -109,10 +118,13 @@ TEST_CASE("invalid configs name the field and value", "[errors]") {
 
 TEST_CASE("invalid views name the field and value", "[errors]") {
   std::vector<float> data(64);
-  require_error([&] { KvView<float>(data.data(), data.data(), 4, 0); }, {"KvView", "head_dim", "0"});
+  require_error([&] { KvView<float>(data.data(), data.data(), 4, 0); },
+                {"KvView", "head_dim", "0"});
   require_error([&] { KvView<float>(data.data(), data.data(), -1, 4); }, {"positions", "-1"});
-  require_error([&] { KvView<float>(data.data(), data.data(), 4, 8, 4); }, {"key_stride", "4", "head_dim 8"});
-  require_error([&] { KvView<float>(data.data(), data.data(), 4, 8, 8, 2); }, {"value_stride", "2"});
+  require_error([&] { KvView<float>(data.data(), data.data(), 4, 8, 4); },
+                {"key_stride", "4", "head_dim 8"});
+  require_error([&] { KvView<float>(data.data(), data.data(), 4, 8, 8, 2); },
+                {"value_stride", "2"});
   require_error([&] { KvView<float>(nullptr, data.data(), 4, 8); }, {"non-null"});
   const std::vector<std::int32_t> table = {0, 3};
   // Pool of 4 pages of 4 rows: page 3 ends at row 16, fine; page 4 would end at 20 > 16.
@@ -121,10 +133,14 @@ TEST_CASE("invalid views name the field and value", "[errors]") {
   require_error([&] { PagedKvView<float>(data.data(), data.data(), 16, 4, bad, 4, 2); },
                 {"PagedKvView", "page_table[1] = 4", "out of range", "pool_rows 16"});
   const std::vector<std::int32_t> negative = {-1};
-  require_error([&] { PagedKvView<float>(data.data(), data.data(), 16, 4, negative, 4, 2); }, {"page_table[0] = -1"});
-  require_error([&] { PagedKvView<float>(data.data(), data.data(), 16, 4, table, 0, 2); }, {"page_size", "0"});
-  require_error([&] { PagedKvView<float>(data.data(), data.data(), 16, 4, table, 4, 5); }, {"last_page_length", "5"});
-  require_error([&] { PagedKvView<float>(data.data(), data.data(), 16, 4, table, 4, 0); }, {"last_page_length", "0"});
+  require_error([&] { PagedKvView<float>(data.data(), data.data(), 16, 4, negative, 4, 2); },
+                {"page_table[0] = -1"});
+  require_error([&] { PagedKvView<float>(data.data(), data.data(), 16, 4, table, 0, 2); },
+                {"page_size", "0"});
+  require_error([&] { PagedKvView<float>(data.data(), data.data(), 16, 4, table, 4, 5); },
+                {"last_page_length", "5"});
+  require_error([&] { PagedKvView<float>(data.data(), data.data(), 16, 4, table, 4, 0); },
+                {"last_page_length", "0"});
 }
 
 TEST_CASE("operators reject mismatched inputs", "[errors]") {
@@ -134,22 +150,34 @@ TEST_CASE("operators reject mismatched inputs", "[errors]") {
   std::vector<HeadResult> results(2), short_results(1);
   const KvHead<KvView<float>> head{cache.view(), &summaries};
   DenseDecode dense;
-  require_error([&] { dense.decode(RowMatrix::Random(2, 8), head, wide, results); }, {"DenseDecode::decode", "head_dim 8", "head_dim 16"});
-  require_error([&] { dense.decode(queries, head, wide, results); }, {"out is [2, 8]", "expected [2, 16]"});
+  require_error([&] { dense.decode(RowMatrix::Random(2, 8), head, wide, results); },
+                {"DenseDecode::decode", "head_dim 8", "head_dim 16"});
+  require_error([&] { dense.decode(queries, head, wide, results); },
+                {"out is [2, 8]", "expected [2, 16]"});
   require_error([&] { dense.decode(queries, head, out, short_results); }, {"results has 1"});
   SparseConfig config;
   BlockSparseDecode<> sparse(config);  // block_size 16
-  require_error([&] { sparse.decode(queries, KvHead<KvView<float>>{cache.view(), nullptr}, out, results); },
-                {"BlockSparseDecode::select", "summaries is null"});
+  require_error(
+      [&] {
+        sparse.decode(queries, KvHead<KvView<float>>{cache.view(), nullptr}, out, results);
+      },
+      {"BlockSparseDecode::select", "summaries is null"});
   const auto other = BlockSummaries::build(cache.view(), 8);
-  require_error([&] { sparse.decode(queries, KvHead<KvView<float>>{cache.view(), &other}, out, results); },
-                {"block_size 8", "config.block_size is 16"});
+  require_error(
+      [&] {
+        sparse.decode(queries, KvHead<KvView<float>>{cache.view(), &other}, out, results);
+      },
+      {"block_size 8", "config.block_size is 16"});
   const test::TestCache<float> longer(120, 16);
-  require_error([&] { sparse.decode(queries, KvHead<KvView<float>>{longer.view(), &summaries}, out, results); },
-                {"summaries cover 100 positions", "KV view has 120"});
+  require_error(
+      [&] {
+        sparse.decode(queries, KvHead<KvView<float>>{longer.view(), &summaries}, out, results);
+      },
+      {"summaries cover 100 positions", "KV view has 120"});
   config.score = ScoreRule::channel_bound;  // needs channel bounds the summaries do not have
   BlockSparseDecode<> bound(config);
-  require_error([&] { bound.decode(queries, head, out, results); }, {"channel_min", "channel_bounds"});
+  require_error([&] { bound.decode(queries, head, out, results); },
+                {"channel_min", "channel_bounds"});
   Support beyond;
   beyond.add(90, 110, 200);
   beyond.normalize();
@@ -157,7 +185,8 @@ TEST_CASE("operators reject mismatched inputs", "[errors]") {
                 {"decode_support", "position 109", "100 positions"});
   BlockSummaries appendable(4, 16, {.value_norms = true});
   std::vector<float> key(16), value(15);
-  require_error([&] { appendable.append(std::span<const float>(key), std::span<const float>(value)); },
-                {"append", "value has 15"});
+  require_error(
+      [&] { appendable.append(std::span<const float>(key), std::span<const float>(value)); },
+      {"append", "value has 15"});
   require_error([&] { appendable.append(std::span<const float>(key).first(3)); }, {"key has 3"});
 }

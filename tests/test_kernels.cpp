@@ -102,7 +102,8 @@ TEST_CASE("max, exp_sum, stream_sum, scale and channel_bound match double loops"
         const std::vector<float> before(buffer);
         const float shift = n > 0 ? static_cast<float>(want_max) : 0.0f;
         double want_sum = 0.0;
-        for (std::int64_t i = 0; i < n; ++i) want_sum += std::exp(static_cast<double>(x[i]) - shift);
+        for (std::int64_t i = 0; i < n; ++i)
+          want_sum += std::exp(static_cast<double>(x[i]) - shift);
         const float got_sum = table->exp_sum(x, n, shift);
         REQUIRE(std::abs(got_sum - want_sum) <= 2e-6 * want_sum + 1e-30);
         for (std::int64_t i = 0; i < n; ++i) {
@@ -118,7 +119,8 @@ TEST_CASE("max, exp_sum, stream_sum, scale and channel_bound match double loops"
           want_stream += x[i];
           stream_magnitude += std::abs(x[i]);
         }
-        REQUIRE(std::abs(table->stream_sum(x, n) - want_stream) <= sum_tolerance(stream_magnitude, n));
+        REQUIRE(std::abs(table->stream_sum(x, n) - want_stream) <=
+                sum_tolerance(stream_magnitude, n));
 
         auto y = test::random_floats(static_cast<std::size_t>(n));
         const auto y_before = y;
@@ -167,7 +169,8 @@ TEMPLATE_TEST_CASE("fused attend and score_rows match a double reference", "[ker
               test::random_floats(static_cast<std::size_t>(rows * stride + 1)), &keys_f);
           const auto values = test::to_storage<T>(
               test::random_floats(static_cast<std::size_t>(rows * stride + 1)), &values_f);
-          const auto queries = test::random_floats(static_cast<std::size_t>(heads * head_dim), 0.4f);
+          const auto queries =
+              test::random_floats(static_cast<std::size_t>(heads * head_dim), 0.4f);
 
           std::vector<float> scores(static_cast<std::size_t>(heads * (rows + 1)));
           table->score_rows[s](queries.data(), heads, head_dim, keys.data(), stride, rows,
@@ -176,11 +179,13 @@ TEMPLATE_TEST_CASE("fused attend and score_rows match a double reference", "[ker
             for (std::int64_t r = 0; r < rows; ++r) {
               double want = 0.0, magnitude = 0.0;
               for (std::int64_t i = 0; i < head_dim; ++i) {
-                const double term = static_cast<double>(queries[h * head_dim + i]) * keys_f[r * stride + i];
+                const double term =
+                    static_cast<double>(queries[h * head_dim + i]) * keys_f[r * stride + i];
                 want += term;
                 magnitude += std::abs(term);
               }
-              REQUIRE(std::abs(scores[h * (rows + 1) + r] - want) <= sum_tolerance(magnitude, head_dim));
+              REQUIRE(std::abs(scores[h * (rows + 1) + r] - want) <=
+                      sum_tolerance(magnitude, head_dim));
             }
           }
 
@@ -188,9 +193,11 @@ TEMPLATE_TEST_CASE("fused attend and score_rows match a double reference", "[ker
           std::vector<float> max(static_cast<std::size_t>(heads), -INFINITY);
           std::vector<float> sum(static_cast<std::size_t>(heads), 0.0f);
           std::vector<float> acc(static_cast<std::size_t>(heads * head_dim), 0.0f);
-          std::vector<float> scratch(static_cast<std::size_t>(kernels::attend_scratch_floats(heads, head_dim)));
+          std::vector<float> scratch(
+              static_cast<std::size_t>(kernels::attend_scratch_floats(heads, head_dim)));
           const std::int64_t split = rows / 3;
-          for (auto [first, count] : {std::pair{std::int64_t{0}, split}, std::pair{split, rows - split}}) {
+          for (auto [first, count] :
+               {std::pair{std::int64_t{0}, split}, std::pair{split, rows - split}}) {
             kernels::AttendArgs args;
             args.queries = queries.data();
             args.heads = heads;
@@ -219,7 +226,8 @@ TEMPLATE_TEST_CASE("fused attend and score_rows match a double reference", "[ker
             std::vector<float> out(static_cast<std::size_t>(head_dim));
             for (std::int64_t i = 0; i < head_dim; ++i) out[i] = acc[h * head_dim + i] / sum[h];
             REQUIRE(test::max_relative_error(out.data(), ref.out) < 2e-5);
-            REQUIRE(std::abs(max[h] + std::log(sum[h]) - ref.lse) < 2e-5 * (1.0 + std::abs(ref.lse)));
+            REQUIRE(std::abs(max[h] + std::log(sum[h]) - ref.lse) <
+                    2e-5 * (1.0 + std::abs(ref.lse)));
           }
         }
       }
@@ -239,8 +247,8 @@ TEST_CASE("score_rows gives bitwise-equal scores to equal rows, wherever they fa
         std::vector<float> rows;
         for (std::int64_t r = 0; r < count; ++r) rows.insert(rows.end(), row.begin(), row.end());
         std::vector<float> out(static_cast<std::size_t>(2 * count));
-        table->score_rows[kernels::index_of(StorageType::f32)](q.data(), 2, head_dim, rows.data(), head_dim,
-                                                               count, out.data(), count);
+        table->score_rows[kernels::index_of(StorageType::f32)](q.data(), 2, head_dim, rows.data(),
+                                                               head_dim, count, out.data(), count);
         for (std::int64_t h = 0; h < 2; ++h)
           for (std::int64_t r = 1; r < count; ++r) REQUIRE(out[h * count + r] == out[h * count]);
       }

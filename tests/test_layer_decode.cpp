@@ -19,10 +19,12 @@ void check_layer(Op prototype, bool sparse) {
   for (std::int64_t g = 0; g < kv_heads; ++g) caches.emplace_back(n, head_dim);
   for (const auto& cache : caches) summaries.push_back(BlockSummaries::build(cache.view(), 16));
   std::vector<KvHead<KvView<bf16>>> heads;
-  for (std::int64_t g = 0; g < kv_heads; ++g) heads.push_back({caches[g].view(), sparse ? &summaries[g] : nullptr});
+  for (std::int64_t g = 0; g < kv_heads; ++g)
+    heads.push_back({caches[g].view(), sparse ? &summaries[g] : nullptr});
   const RowMatrix queries = RowMatrix::Random(kv_heads * per_group, head_dim);
 
-  RowMatrix one(queries.rows(), head_dim), two(queries.rows(), head_dim), direct(queries.rows(), head_dim);
+  RowMatrix one(queries.rows(), head_dim), two(queries.rows(), head_dim),
+      direct(queries.rows(), head_dim);
   std::vector<HeadResult> r1(14), r2(14), rd(14);
   LayerDecode<Op> single(prototype, 1), parallel(prototype, 2);
   single.decode(queries, std::span<const KvHead<KvView<bf16>>>(heads), one, r1);
@@ -30,7 +32,8 @@ void check_layer(Op prototype, bool sparse) {
   REQUIRE(parallel.threads() == 2);
   for (std::int64_t g = 0; g < kv_heads; ++g) {
     Op op = prototype;
-    op.decode(queries.middleRows(g * per_group, per_group), heads[g], direct.middleRows(g * per_group, per_group),
+    op.decode(queries.middleRows(g * per_group, per_group), heads[g],
+              direct.middleRows(g * per_group, per_group),
               std::span(rd).subspan(g * per_group, per_group));
   }
   REQUIRE((one.array() == two.array()).all());  // bitwise, not approximately
@@ -61,8 +64,9 @@ TEST_CASE("layer decode rejects head counts that do not divide", "[layer]") {
   RowMatrix queries = RowMatrix::Random(7, 8), out(7, 8);
   std::vector<HeadResult> results(7);
   LayerDecode<DenseDecode> layer(DenseDecode{}, 2);
-  REQUIRE_THROWS_WITH(layer.decode(queries, std::span<const KvHead<KvView<float>>>(heads), out, results),
-                      AMC_CONTAINS("query heads (7) must be a multiple of KV heads (3)"));
+  REQUIRE_THROWS_WITH(
+      layer.decode(queries, std::span<const KvHead<KvView<float>>>(heads), out, results),
+      AMC_CONTAINS("query heads (7) must be a multiple of KV heads (3)"));
 }
 
 TEST_CASE("thread pool runs every index once and rethrows the first error", "[layer]") {
@@ -72,9 +76,10 @@ TEST_CASE("thread pool runs every index once and rethrows the first error", "[la
     pool.parallel_for(1000, [&](std::int64_t i) { hits[i].fetch_add(1); });
   }
   for (const auto& h : hits) REQUIRE(h.load() == 50);
-  REQUIRE_THROWS_AS(pool.parallel_for(100, [](std::int64_t i) {
-                      if (i == 37) throw std::runtime_error("task 37");
-                    }),
+  REQUIRE_THROWS_AS(pool.parallel_for(100,
+                                      [](std::int64_t i) {
+                                        if (i == 37) throw std::runtime_error("task 37");
+                                      }),
                     std::runtime_error);
   std::atomic<int> after{0};
   pool.parallel_for(10, [&](std::int64_t) { after.fetch_add(1); });  // still usable

@@ -12,24 +12,28 @@ using namespace amc;
 namespace {
 
 // c <q, k_j> in double over the stored keys.
-std::vector<double> true_scores(const test::TestCache<float>& cache, const std::vector<float>& q, double scale) {
+std::vector<double> true_scores(const test::TestCache<float>& cache, const std::vector<float>& q,
+                                double scale) {
   std::vector<double> s(static_cast<std::size_t>(cache.positions));
   for (std::int64_t p = 0; p < cache.positions; ++p) {
     double dot = 0.0;
-    for (std::int64_t i = 0; i < cache.head_dim; ++i) dot += static_cast<double>(q[i]) * cache.keys_f[p * cache.stride + i];
+    for (std::int64_t i = 0; i < cache.head_dim; ++i)
+      dot += static_cast<double>(q[i]) * cache.keys_f[p * cache.stride + i];
     s[p] = scale * dot;
   }
   return s;
 }
 
 // Independent top-k: sort candidate blocks by (score desc, index asc).
-std::vector<std::int64_t> expected_top_k(const std::vector<double>& block_scores, std::int64_t first,
-                                         std::int64_t last, std::int64_t k) {
+std::vector<std::int64_t> expected_top_k(const std::vector<double>& block_scores,
+                                         std::int64_t first, std::int64_t last, std::int64_t k) {
   std::vector<std::int64_t> blocks;
   for (std::int64_t b = first; b < last; ++b) blocks.push_back(b);
-  std::stable_sort(blocks.begin(), blocks.end(),
-                   [&](std::int64_t a, std::int64_t b) { return block_scores[a] > block_scores[b]; });
-  blocks.resize(static_cast<std::size_t>(std::min<std::int64_t>(k, static_cast<std::int64_t>(blocks.size()))));
+  std::stable_sort(blocks.begin(), blocks.end(), [&](std::int64_t a, std::int64_t b) {
+    return block_scores[a] > block_scores[b];
+  });
+  blocks.resize(static_cast<std::size_t>(
+      std::min<std::int64_t>(k, static_cast<std::int64_t>(blocks.size()))));
   std::sort(blocks.begin(), blocks.end());
   return blocks;
 }
@@ -53,7 +57,8 @@ std::vector<std::int64_t> select_with(ScoreRule rule, const test::TestCache<floa
 
 }  // namespace
 
-TEST_CASE("mean-pooled selection is the top-k of mean scores, ties to the lower index", "[selectors]") {
+TEST_CASE("mean-pooled selection is the top-k of mean scores, ties to the lower index",
+          "[selectors]") {
   for (int trial = 0; trial < 40; ++trial) {
     const std::int64_t n = 200 + 37 * trial;
     const test::TestCache<float> cache(n, 32);
@@ -84,10 +89,12 @@ TEST_CASE("mean-pooled selection is the top-k of mean scores, ties to the lower 
     }
   }
 
-  // Exact ties: every block has the same keys, so every mean score is equal: the lowest indices win.
+  // Exact ties: every block has the same keys, so every mean score is equal: the lowest indices
+  // win.
   test::TestCache<float> flat(160, 8);
   for (std::int64_t p = 0; p < 160; ++p)
-    for (std::int64_t i = 0; i < 8; ++i) flat.keys_f[p * flat.stride + i] = flat.keys[p * flat.stride + i] = 0.5f;
+    for (std::int64_t i = 0; i < 8; ++i)
+      flat.keys_f[p * flat.stride + i] = flat.keys[p * flat.stride + i] = 0.5f;
   SparseConfig config;
   config.block_size = 16;
   config.top_k = 3;
@@ -95,9 +102,11 @@ TEST_CASE("mean-pooled selection is the top-k of mean scores, ties to the lower 
   config.window = 0;
   const auto summaries = BlockSummaries::build(flat.view(), 16);
   const auto q = test::random_floats(8);
-  REQUIRE(select_with(ScoreRule::mean_pooled, flat, summaries, q, config) == std::vector<std::int64_t>{0, 1, 2});
+  REQUIRE(select_with(ScoreRule::mean_pooled, flat, summaries, q, config) ==
+          std::vector<std::int64_t>{0, 1, 2});
   config.sinks = 17;  // block 0 entirely kept, block 1 partly: block 1 stays a candidate
-  REQUIRE(select_with(ScoreRule::mean_pooled, flat, summaries, q, config) == std::vector<std::int64_t>{1, 2, 3});
+  REQUIRE(select_with(ScoreRule::mean_pooled, flat, summaries, q, config) ==
+          std::vector<std::int64_t>{1, 2, 3});
 }
 
 TEST_CASE("channel bound is never below the true block max score", "[selectors]") {
@@ -105,7 +114,8 @@ TEST_CASE("channel bound is never below the true block max score", "[selectors]"
     const std::int64_t n = 50 + trial * 7;
     const test::TestCache<float> cache(n, 16, 16, trial % 2 ? 1.0f : 30.0f);
     const std::int64_t block_size = 1 + trial % 20;
-    const auto summaries = BlockSummaries::build(cache.view(), block_size, {.channel_bounds = true});
+    const auto summaries =
+        BlockSummaries::build(cache.view(), block_size, {.channel_bounds = true});
     auto q = test::random_floats(16, trial % 3 == 0 ? 10.0f : 1.0f);
     const float scale = 0.25f;
     std::vector<float> scaled(q);
@@ -116,7 +126,8 @@ TEST_CASE("channel bound is never below the true block max score", "[selectors]"
     config.window = 0;
     const auto c = candidate_blocks(n, config);
     std::vector<float> scores(static_cast<std::size_t>(summaries.blocks()));
-    ChannelBoundSelector{}.score_blocks(BlockScoringInput{scaled, summaries, c}, cache.view(), scores);
+    ChannelBoundSelector{}.score_blocks(BlockScoringInput{scaled, summaries, c}, cache.view(),
+                                        scores);
     const auto s = true_scores(cache, q, scale);
     for (std::int64_t b = 0; b < summaries.blocks(); ++b) {
       const std::int64_t lo = b * block_size, hi = std::min(n, lo + block_size);
@@ -147,7 +158,8 @@ TEST_CASE("oracle picks the blocks of largest true mass outside sinks and window
     const auto s = true_scores(cache, q, 0.25);
     const auto c = candidate_blocks(n, config);
     std::vector<double> mass(static_cast<std::size_t>(summaries.blocks()), 0.0);
-    for (std::int64_t p = c.kept_prefix; p < c.kept_suffix_begin; ++p) mass[p / 16] += std::exp(s[p]);
+    for (std::int64_t p = c.kept_prefix; p < c.kept_suffix_begin; ++p)
+      mass[p / 16] += std::exp(s[p]);
     const auto want = expected_top_k(mass, c.first, c.last, config.top_k);
     config.scale = 0.25f;
     const auto got = select_with(ScoreRule::oracle, cache, summaries, q, config);
@@ -161,8 +173,8 @@ TEST_CASE("oracle picks the blocks of largest true mass outside sinks and window
 
 TEST_CASE("per-group scope combines softmax-normalised head scores", "[selectors]") {
   // Two heads, four candidate blocks. Head 0 strongly wants block 3; head 1 mildly prefers 1 and 2.
-  const std::vector<float> scores = {0.0f, 0.0f, 0.0f, 10.0f,   // head 0
-                                     0.0f, 1.0f, 1.0f, 0.0f};   // head 1
+  const std::vector<float> scores = {0.0f, 0.0f, 0.0f, 10.0f,  // head 0
+                                     0.0f, 1.0f, 1.0f, 0.0f};  // head 1
   const CandidateBlocks c{0, 4, 0, 64};
   std::vector<float> combined(4), scratch;
   combine_group_scores(scores, 2, 4, c, GroupCombine::sum, combined, scratch);
@@ -190,8 +202,8 @@ TEST_CASE("top-k ranks NaN last and keeps indices sorted", "[selectors]") {
   REQUIRE(top.empty());
 }
 
-TEMPLATE_TEST_CASE("block summaries: incremental appends equal a rebuild and a reference", "[summaries]",
-                   float, amc::bf16, amc::f16) {
+TEMPLATE_TEST_CASE("block summaries: incremental appends equal a rebuild and a reference",
+                   "[summaries]", float, amc::bf16, amc::f16) {
   using T = TestType;
   for (std::int64_t block_size : {1, 5, 16}) {
     const std::int64_t n = 123, d = 12;
@@ -211,7 +223,8 @@ TEMPLATE_TEST_CASE("block summaries: incremental appends equal a rebuild and a r
       double vmax = 0.0;
       for (std::int64_t p = lo; p < hi; ++p) {
         double sq = 0.0;
-        for (std::int64_t i = 0; i < d; ++i) sq += std::pow(static_cast<double>(cache.values_f[p * cache.stride + i]), 2);
+        for (std::int64_t i = 0; i < d; ++i)
+          sq += std::pow(static_cast<double>(cache.values_f[p * cache.stride + i]), 2);
         vmax = std::max(vmax, std::sqrt(sq));
       }
       REQUIRE(rebuilt.value_norm_max()[b] >= vmax);
@@ -240,6 +253,7 @@ TEST_CASE("block summary memory is 1/B of the keys in f32 for means only", "[sum
   const auto means = BlockSummaries::build(cache.view(), 32);
   // 128 blocks x 64 channels x 4 bytes, plus the open block's f64 running sum (64 x 8).
   REQUIRE(means.memory_bytes() == 128 * 64 * 4 + 64 * 8);
-  const auto full = BlockSummaries::build(cache.view(), 32, {.channel_bounds = true, .value_norms = true});
+  const auto full =
+      BlockSummaries::build(cache.view(), 32, {.channel_bounds = true, .value_norms = true});
   REQUIRE(full.memory_bytes() == 3 * 128 * 64 * 4 + 128 * 4 + 64 * 8);
 }

@@ -33,11 +33,11 @@ template <class... Parts>
 /// Throws amc::error("<where>: <message parts...>") unless `condition` holds.
 /// `where` names the public function, e.g. "amc::DenseDecode::decode"; the parts name the
 /// argument or field and its value. Use at the API boundary for anything a caller can get wrong.
-#define AMC_CHECK(condition, where, ...)                    \
-  do {                                                      \
-    if (!(condition)) [[unlikely]] {                        \
-      ::amc::detail::throw_error(where, __VA_ARGS__);       \
-    }                                                       \
+#define AMC_CHECK(condition, where, ...)              \
+  do {                                                \
+    if (!(condition)) [[unlikely]] {                  \
+      ::amc::detail::throw_error(where, __VA_ARGS__); \
+    }                                                 \
   } while (false)
 
 /// Debug-only invariant inside kernels; compiled out with NDEBUG.

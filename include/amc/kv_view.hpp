@@ -93,10 +93,10 @@ class PagedKvView {
   /// \param page_size    rows per page
   /// \param last_page_length rows used in the last page, 1..page_size (ignored when no pages)
   /// \param key_stride, value_stride as for KvView (0: head_dim, resp. key_stride)
-  PagedKvView(const T* key_pool, const T* value_pool, std::int64_t pool_rows,
-              std::int64_t head_dim, std::span<const std::int32_t> page_table,
-              std::int64_t page_size, std::int64_t last_page_length,
-              std::ptrdiff_t key_stride = 0, std::ptrdiff_t value_stride = 0)
+  PagedKvView(const T* key_pool, const T* value_pool, std::int64_t pool_rows, std::int64_t head_dim,
+              std::span<const std::int32_t> page_table, std::int64_t page_size,
+              std::int64_t last_page_length, std::ptrdiff_t key_stride = 0,
+              std::ptrdiff_t value_stride = 0)
       : keys_(key_pool),
         values_(value_pool),
         pool_rows_(pool_rows),
@@ -119,15 +119,15 @@ class PagedKvView {
       return;
     }
     AMC_CHECK(last_page_length >= 1 && last_page_length <= page_size, where,
-              "last_page_length must be in 1..page_size (", page_size, "), got ",
-              last_page_length);
+              "last_page_length must be in 1..page_size (", page_size, "), got ", last_page_length);
     AMC_CHECK(key_pool != nullptr && value_pool != nullptr, where,
               "key_pool and value_pool must be non-null");
     for (std::size_t i = 0; i < page_table.size(); ++i) {
       const std::int64_t page = page_table[i];
       AMC_CHECK(page >= 0 && (page + 1) * page_size <= pool_rows, where, "page_table[", i,
-                "] = ", page, " is out of range: (index + 1) * page_size = ",
-                (page + 1) * page_size, " exceeds pool_rows ", pool_rows);
+                "] = ", page,
+                " is out of range: (index + 1) * page_size = ", (page + 1) * page_size,
+                " exceeds pool_rows ", pool_rows);
     }
     positions_ = static_cast<std::int64_t>(page_table.size() - 1) * page_size + last_page_length;
   }

@@ -35,9 +35,12 @@ inline constexpr StorageType storage_type_of = std::same_as<T, float>  ? Storage
 
 constexpr std::string_view to_string(StorageType type) {
   switch (type) {
-    case StorageType::f32: return "f32";
-    case StorageType::bf16: return "bf16";
-    case StorageType::f16: return "f16";
+    case StorageType::f32:
+      return "f32";
+    case StorageType::bf16:
+      return "bf16";
+    case StorageType::f16:
+      return "f16";
   }
   return "?";
 }
@@ -74,7 +77,8 @@ constexpr float to_float(f16 x) {
 /// Round-to-nearest-even f32 -> bf16; NaN stays NaN (quiet).
 constexpr bf16 to_bf16(float x) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return bf16{static_cast<std::uint16_t>((bits >> 16) | 0x40u)};
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u)
+    return bf16{static_cast<std::uint16_t>((bits >> 16) | 0x40u)};
   const std::uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
   return bf16{static_cast<std::uint16_t>((bits + rounding) >> 16)};
 }
@@ -85,9 +89,11 @@ constexpr f16 to_f16(float x) {
   const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
   const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
   if (magnitude > 0x7F800000u) return f16{static_cast<std::uint16_t>(sign | 0x7E00u)};
-  if (magnitude >= 0x477FF000u) return f16{static_cast<std::uint16_t>(sign | 0x7C00u)};  // rounds to inf
+  if (magnitude >= 0x477FF000u)
+    return f16{static_cast<std::uint16_t>(sign | 0x7C00u)};  // rounds to inf
   if (magnitude < 0x38800000u) {  // below the smallest f16 normal: subnormal or zero
-    if (magnitude < 0x33000000u) return f16{sign};  // rounds to zero (below half the smallest subnormal)
+    if (magnitude < 0x33000000u)
+      return f16{sign};  // rounds to zero (below half the smallest subnormal)
     const std::uint32_t exponent = magnitude >> 23;
     const std::uint32_t mantissa = (magnitude & 0x7FFFFFu) | 0x800000u;
     const std::uint32_t shift = 126 - exponent;  // 14..24 fraction bits dropped

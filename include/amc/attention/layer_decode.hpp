@@ -25,15 +25,18 @@ class LayerDecode {
  public:
   /// \param prototype operator copied once per KV head (each copy owns its scratch)
   /// \param threads   threads to use, the caller included (>= 1)
-  explicit LayerDecode(Op prototype, int threads = 1) : prototype_(std::move(prototype)), pool_(threads) {}
+  explicit LayerDecode(Op prototype, int threads = 1)
+      : prototype_(std::move(prototype)), pool_(threads) {}
 
   int threads() const { return pool_.threads(); }
 
   /// The operator that ran KV head `kv_head` at the last call (for its supports and scores).
-  const Op& group_operator(std::int64_t kv_head) const { return operators_[static_cast<std::size_t>(kv_head)]; }
+  const Op& group_operator(std::int64_t kv_head) const {
+    return operators_[static_cast<std::size_t>(kv_head)];
+  }
 
   template <KvViewLike View>
-    requires DecodeOperator<Op, View>
+  requires DecodeOperator<Op, View>
   void decode(const ConstMatrixRef& queries, std::span<const KvHead<View>> kv_heads, MatrixRef out,
               std::span<HeadResult> results) {
     constexpr const char* where = "amc::LayerDecode::decode";
@@ -42,7 +45,8 @@ class LayerDecode {
     AMC_CHECK(queries.rows() % groups == 0, where, "query heads (", queries.rows(),
               ") must be a multiple of KV heads (", groups, ")");
     AMC_CHECK(out.rows() == queries.rows() && out.cols() == queries.cols(), where, "out is [",
-              out.rows(), ", ", out.cols(), "], expected [", queries.rows(), ", ", queries.cols(), "]");
+              out.rows(), ", ", out.cols(), "], expected [", queries.rows(), ", ", queries.cols(),
+              "]");
     AMC_CHECK(results.size() == static_cast<std::size_t>(queries.rows()), where, "results has ",
               results.size(), " entries, expected ", queries.rows());
     while (static_cast<std::int64_t>(operators_.size()) < groups) operators_.push_back(prototype_);
@@ -51,7 +55,8 @@ class LayerDecode {
       operators_[static_cast<std::size_t>(g)].decode(
           queries.middleRows(g * per_group, per_group), kv_heads[static_cast<std::size_t>(g)],
           out.middleRows(g * per_group, per_group),
-          results.subspan(static_cast<std::size_t>(g * per_group), static_cast<std::size_t>(per_group)));
+          results.subspan(static_cast<std::size_t>(g * per_group),
+                          static_cast<std::size_t>(per_group)));
     });
   }
 

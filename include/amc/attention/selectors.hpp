@@ -65,17 +65,18 @@ struct GroupScoringInput {
 /// A block scoring rule: fills scores[b] for every candidate block b (scores has one slot per
 /// block of the summaries; slots outside the candidate range are ignored).
 template <class S, class View>
-concept BlockSelector =
-    KvViewLike<View> && requires(const S& selector, const BlockScoringInput& input,
-                                 const View& kv, std::span<float> scores) {
-      { selector.score_blocks(input, kv, scores) } -> std::same_as<void>;
-    };
+concept BlockSelector = KvViewLike<View> &&
+    requires(const S& selector, const BlockScoringInput& input, const View& kv,
+             std::span<float> scores) {
+  { selector.score_blocks(input, kv, scores) } -> std::same_as<void>;
+};
 
 /// The method: shat_b = c <q, kbar_b>, the mean of the block's scores (by linearity). A lower
 /// bound on log M_b - log|b| (Jensen), so it dilutes single high-scoring positions.
 struct MeanPooledSelector {
   template <KvViewLike View>
-  void score_blocks(const BlockScoringInput& in, const View& /*kv*/, std::span<float> scores) const {
+  void score_blocks(const BlockScoringInput& in, const View& /*kv*/,
+                    std::span<float> scores) const {
     const auto& c = in.candidates;
     if (c.count() == 0) return;
     const auto means = in.summaries.mean_keys();
@@ -101,7 +102,8 @@ struct MeanPooledSelector {
 /// Needs summaries built with channel_bounds.
 struct ChannelBoundSelector {
   template <KvViewLike View>
-  void score_blocks(const BlockScoringInput& in, const View& /*kv*/, std::span<float> scores) const {
+  void score_blocks(const BlockScoringInput& in, const View& /*kv*/,
+                    std::span<float> scores) const {
     const auto& c = in.candidates;
     if (c.count() == 0) return;
     const auto lo = in.summaries.channel_min();
@@ -128,14 +130,16 @@ class OracleSelector {
     for (std::int64_t b = c.first; b < c.last; ++b) {
       const std::int64_t begin = std::max(b * block_size, c.kept_prefix);
       const std::int64_t end = std::min((b + 1) * block_size, c.kept_suffix_begin);
-      kv.for_each_run(begin, end, [&](const T* keys, const T*, std::int64_t first, std::int64_t rows) {
-        table.score_rows[kernels::index_of(storage_type_of<T>)](
-            in.query.data(), 1, kv.head_dim(), keys, kv.key_stride(), rows,
-            scratch_.data() + (first - begin), 0);
-      });
+      kv.for_each_run(begin, end,
+                      [&](const T* keys, const T*, std::int64_t first, std::int64_t rows) {
+                        table.score_rows[kernels::index_of(storage_type_of<T>)](
+                            in.query.data(), 1, kv.head_dim(), keys, kv.key_stride(), rows,
+                            scratch_.data() + (first - begin), 0);
+                      });
       const std::int64_t count = end - begin;
       const float max = table.max(scratch_.data(), count);
-      scores[static_cast<std::size_t>(b)] = max + std::log(table.exp_sum(scratch_.data(), count, max));
+      scores[static_cast<std::size_t>(b)] =
+          max + std::log(table.exp_sum(scratch_.data(), count, max));
     }
   }
 
@@ -153,15 +157,19 @@ class RuleSelector {
   template <KvViewLike View>
   void score_blocks(const BlockScoringInput& in, const View& kv, std::span<float> scores) const {
     switch (rule_) {
-      case ScoreRule::mean_pooled: return MeanPooledSelector{}.score_blocks(in, kv, scores);
-      case ScoreRule::channel_bound: return ChannelBoundSelector{}.score_blocks(in, kv, scores);
-      case ScoreRule::oracle: return oracle_.score_blocks(in, kv, scores);
+      case ScoreRule::mean_pooled:
+        return MeanPooledSelector{}.score_blocks(in, kv, scores);
+      case ScoreRule::channel_bound:
+        return ChannelBoundSelector{}.score_blocks(in, kv, scores);
+      case ScoreRule::oracle:
+        return oracle_.score_blocks(in, kv, scores);
     }
   }
 
   /// Mean pooling scores the whole group in one pass; the other rules go head by head.
   template <KvViewLike View>
-  void score_blocks_group(const GroupScoringInput& in, const View& kv, std::span<float> scores) const {
+  void score_blocks_group(const GroupScoringInput& in, const View& kv,
+                          std::span<float> scores) const {
     if (rule_ == ScoreRule::mean_pooled) {
       MeanPooledSelector{}.score_blocks_group(in, kv, scores);
       return;

@@ -35,9 +35,12 @@ constexpr std::string_view to_string(SelectionScope scope) {
 }
 constexpr std::string_view to_string(ScoreRule rule) {
   switch (rule) {
-    case ScoreRule::mean_pooled: return "mean";
-    case ScoreRule::channel_bound: return "bound";
-    case ScoreRule::oracle: return "oracle";
+    case ScoreRule::mean_pooled:
+      return "mean";
+    case ScoreRule::channel_bound:
+      return "bound";
+    case ScoreRule::oracle:
+      return "oracle";
   }
   return "?";
 }

@@ -16,7 +16,9 @@ struct PositionRange {
   std::int64_t end = 0;
 
   constexpr std::int64_t size() const { return end - begin; }
-  constexpr bool contains(std::int64_t position) const { return begin <= position && position < end; }
+  constexpr bool contains(std::int64_t position) const {
+    return begin <= position && position < end;
+  }
   friend constexpr bool operator==(const PositionRange&, const PositionRange&) = default;
 };
 

@@ -30,9 +30,9 @@ struct AttendArgs {
   const float* queries = nullptr;  ///< [heads, head_dim], already multiplied by the scale
   std::int64_t heads = 0;
   std::int64_t head_dim = 0;
-  const void* keys = nullptr;    ///< [rows, key_stride] of the storage type
+  const void* keys = nullptr;     ///< [rows, key_stride] of the storage type
   std::ptrdiff_t key_stride = 0;  ///< elements between consecutive key rows
-  const void* values = nullptr;  ///< [rows, value_stride] of the storage type
+  const void* values = nullptr;   ///< [rows, value_stride] of the storage type
   std::ptrdiff_t value_stride = 0;
   std::int64_t rows = 0;
   float* running_max = nullptr;  ///< [heads], updated in place (-inf when nothing read yet)
@@ -66,13 +66,12 @@ struct KernelTable {
   void (*attend[3])(const AttendArgs& args) = {};
   /// out[h * out_stride + r] = <queries[h], rows[r]> for h < heads, r < count.
   void (*score_rows[3])(const float* queries, std::int64_t heads, std::int64_t head_dim,
-                        const void* rows, std::ptrdiff_t row_stride, std::int64_t count,
-                        float* out, std::ptrdiff_t out_stride) = {};
+                        const void* rows, std::ptrdiff_t row_stride, std::int64_t count, float* out,
+                        std::ptrdiff_t out_stride) = {};
   /// out[b] = sum_i max(q_i * lo[b, i], q_i * hi[b, i]): the channel-wise upper bound of
   /// <q, k> over any key k with lo <= k <= hi (per channel). lo, hi: [count, row_stride].
-  void (*channel_bound)(const float* query, std::int64_t head_dim, const float* lo,
-                        const float* hi, std::ptrdiff_t row_stride, std::int64_t count,
-                        float* out) = nullptr;
+  void (*channel_bound)(const float* query, std::int64_t head_dim, const float* lo, const float* hi,
+                        std::ptrdiff_t row_stride, std::int64_t count, float* out) = nullptr;
 };
 
 /// The table used by amc's operators: the best instruction set this CPU supports, unless the

@@ -113,11 +113,12 @@ inline CertifiedBounds certified_bounds(std::span<const float> query, double sca
     if (omitted == 0) continue;
     out.omitted_positions += omitted;
     out.log_omitted_mass_upper = detail::log_add_exp(
-        out.log_omitted_mass_upper,
-        std::log(static_cast<double>(omitted)) + block_score_upper_bound(query, scale, summaries, b));
+        out.log_omitted_mass_upper, std::log(static_cast<double>(omitted)) +
+                                        block_score_upper_bound(query, scale, summaries, b));
     max_value_norm = std::max<double>(max_value_norm, value_norms[static_cast<std::size_t>(b)]);
   }
-  out.omitted_mass_bound = detail::omitted_mass_bound_from_logs(out.log_omitted_mass_upper, lse_support);
+  out.omitted_mass_bound =
+      detail::omitted_mass_bound_from_logs(out.log_omitted_mass_upper, lse_support);
   double sparse_norm = 0.0;
   for (const float x : sparse_out) sparse_norm += static_cast<double>(x) * x;
   out.error_bound = out.omitted_mass_bound * (max_value_norm + std::sqrt(sparse_norm));
@@ -131,7 +132,7 @@ struct AdaptiveSelection {
   std::int64_t needed_k = 0;         ///< blocks added (== blocks.size())
   double omitted_mass_bound = 1.0;   ///< certified bound at the final support
   double lse_support = -std::numeric_limits<double>::infinity();  ///< over the final support
-  bool target_met = false;           ///< bound <= target (false: stopped at max_k or out of blocks)
+  bool target_met = false;  ///< bound <= target (false: stopped at max_k or out of blocks)
 };
 
 /// Grows the support best-first (by `block_ranking`, higher first, ties to the lower index)
@@ -194,11 +195,12 @@ AdaptiveSelection adaptive_select(std::span<const float> query, double scale, co
   auto absorb = [&](std::int64_t begin, std::int64_t end) {
     if (begin >= end) return;
     scores.resize(static_cast<std::size_t>(end - begin));
-    kv.for_each_run(begin, end, [&](const T* keys, const T*, std::int64_t first, std::int64_t rows) {
-      table.score_rows[kernels::index_of(storage_type_of<T>)](
-          scaled.data(), 1, kv.head_dim(), keys, kv.key_stride(), rows,
-          scores.data() + (first - begin), 0);
-    });
+    kv.for_each_run(begin, end,
+                    [&](const T* keys, const T*, std::int64_t first, std::int64_t rows) {
+                      table.score_rows[kernels::index_of(storage_type_of<T>)](
+                          scaled.data(), 1, kv.head_dim(), keys, kv.key_stride(), rows,
+                          scores.data() + (first - begin), 0);
+                    });
     for (const float s : scores) lse = detail::log_add_exp(lse, s);
   };
   absorb(0, candidates.kept_prefix);
