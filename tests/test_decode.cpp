@@ -23,6 +23,7 @@ void check_against_reference(const test::TestCache<T>& cache, const RowMatrix& q
     const auto ref = test::reference_attention(queries.row(h).data(), cache.head_dim, cache.keys_f,
                                                cache.values_f, cache.stride, positions, scale);
     REQUIRE(results[h].positions_read == static_cast<std::int64_t>(positions.size()));
+    REQUIRE(results[h].finite);  // finite inputs: never flagged (tests/test_numerics.cpp)
     if (positions.empty()) {
       REQUIRE(std::isinf(results[h].lse));
       REQUIRE(results[h].lse < 0);

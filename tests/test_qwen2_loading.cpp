@@ -3,16 +3,21 @@
 #include <amc/error.hpp>
 #include <amc/io/safetensors.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "catch.hpp"
 #include "qwen2/checkpoint.hpp"
 #include "qwen2/config.hpp"
+#include "qwen2/generate.hpp"
+#include "qwen2/model.hpp"
 #include "qwen2/synth.hpp"
 #include "qwen2_test_support.hpp"
 
@@ -127,6 +132,40 @@ TEST_CASE("config.json: every bad field is refused by name", "[qwen2][config]") 
       {"head_dim", "128",
        "key 'head_dim' = 128 differs from hidden_size / num_attention_heads = 64"},
       {"eos_token_id", "-2", "key 'eos_token_id' must be >= 0"},
+      // More wrong types, zero and negative sizes, and integers beyond int64.
+      {"hidden_size", "true", "key 'hidden_size' must be an integer, got true"},
+      {"num_hidden_layers", "[24]", "key 'num_hidden_layers' must be an integer, got [24]"},
+      {"intermediate_size", "{\"value\": 4864}",
+       "key 'intermediate_size' must be an integer, got {\"value\": 4864}"},
+      {"vocab_size", "1e300", "key 'vocab_size' must be an integer, got 1e+300"},
+      {"vocab_size", "-1e300", "key 'vocab_size' must be an integer, got -1e+300"},
+      {"hidden_size", "18446744073709551615",
+       "key 'hidden_size' = 18446744073709551615 is beyond any supported size"},
+      {"hidden_size", "9223372036854775808", "is beyond any supported size"},
+      {"num_hidden_layers", "-9223372036854775808", "must be positive, got -9223372036854775808"},
+      {"num_hidden_layers", "0", "key 'num_hidden_layers' must be positive, got 0"},
+      {"intermediate_size", "-4864", "key 'intermediate_size' must be positive, got -4864"},
+      {"num_attention_heads", "0", "key 'num_attention_heads' must be positive, got 0"},
+      {"num_key_value_heads", "0", "key 'num_key_value_heads' must be positive, got 0"},
+      {"num_key_value_heads", "-2", "key 'num_key_value_heads' must be positive, got -2"},
+      {"num_key_value_heads", "\"2\"", "key 'num_key_value_heads' must be an integer"},
+      {"num_key_value_heads", "28",
+       "num_key_value_heads (28) does not divide num_attention_heads (14)"},
+      {"num_attention_heads", "1792",
+       "num_attention_heads (1792) does not divide hidden_size (896)"},
+      {"max_position_embeddings", "0", "key 'max_position_embeddings' must be positive, got 0"},
+      {"max_position_embeddings", "4294967296",
+       "key 'max_position_embeddings' = 4294967296 exceeds the supported maximum"},
+      {"num_hidden_layers", "100000", "key 'num_hidden_layers' = 100000 exceeds"},
+      {"num_attention_heads", "1000000", "key 'num_attention_heads' = 1000000 exceeds"},
+      {"intermediate_size", "100000000", "key 'intermediate_size' = 100000000 exceeds"},
+      {"rope_theta", "-1", "key 'rope_theta' must be finite and > 1, got -1"},
+      {"rms_norm_eps", "-1e-6", "key 'rms_norm_eps' must be in (0, 1)"},
+      {"rms_norm_eps", "[1e-6]", "key 'rms_norm_eps' must be a number, got [1e-06]"},
+      {"eos_token_id", "\"</s>\"", "key 'eos_token_id' must be an integer"},
+      {"bos_token_id", "[[1]]", "key 'bos_token_id' must be an integer, got [1]"},
+      {"head_dim", "\"64\"", "key 'head_dim' must be an integer"},
+      {"hidden_act", "[\"silu\"]", "key 'hidden_act' must be \"silu\", got [\"silu\"]"},
   };
   for (const Case& c : cases) {
     INFO(c.key << " = " << c.value);
@@ -139,6 +178,19 @@ TEST_CASE("config.json: every bad field is refused by name", "[qwen2][config]") 
   huge["num_hidden_layers"] = 4000;
   REQUIRE_THROWS_WITH(parse_config(huge.dump()), AMC_CONTAINS("beyond the supported 2^40"));
   REQUIRE_THROWS_WITH(parse_config("{not json"), AMC_CONTAINS("not valid JSON"));
+  REQUIRE_THROWS_WITH(parse_config(""), AMC_CONTAINS("not valid JSON"));
+  std::string overflow = kQwen2Config;
+  overflow.replace(overflow.find("1000000.0"), 9, "1e999");  // rope_theta beyond double
+  REQUIRE_THROWS_WITH(parse_config(overflow, "my/config.json"),
+                      AMC_CONTAINS("my/config.json: not valid JSON"));
+  REQUIRE_THROWS_WITH(parse_config("{\"hidden_size\": \"\xff\"}"), AMC_CONTAINS("not valid JSON"));
+  REQUIRE_THROWS_WITH(parse_config("null"), AMC_CONTAINS("must be a JSON object"));
+  // A value nested a million deep: the message shows it cut short, with no recursion over it
+  // (json::dump would overflow the stack).
+  std::string deep = kQwen2Config;
+  deep.insert(1, "\"hidden_size\": " + std::string(1000000, '[') + std::string(1000000, ']') + ", ");
+  deep.erase(deep.find("\"hidden_size\": 896,"), 19);
+  REQUIRE_THROWS_WITH(parse_config(deep), AMC_CONTAINS("key 'hidden_size' must be an integer, got [[...]]"));
   REQUIRE_THROWS_WITH(parse_config("[1, 2]"), AMC_CONTAINS("must be a JSON object"));
   nlohmann::json odd = nlohmann::json::parse(kQwen2Config);
   odd["hidden_size"] = 900;
@@ -315,4 +367,104 @@ TEST_CASE("synthetic checkpoints: same seed, same bytes; another seed, other wei
   REQUIRE_THROWS_WITH(write_synthetic_checkpoint(root / "bad", bad),
                       AMC_CONTAINS("dtype must be bf16 or f32"));
   REQUIRE_THROWS_WITH(synth_shape("huge"), AMC_CONTAINS("shape must be 'tiny' or 'qwen2-0.5b'"));
+}
+
+// --- fuzzing regressions (fuzz/regressions/fuzz_config/) ---------------------------------------
+
+TEST_CASE("config.json: fuzz_config regressions are refused with amc::error", "[qwen2][config][fuzz]") {
+  // A number beyond double's range: nlohmann throws out_of_range (406), not parse_error, which
+  // escaped parse_config as a non-amc exception. The input exactly as libFuzzer found it, then
+  // minimised.
+  const std::string found(
+      "{\"hidden_size\": 641e400, \"intermediate_size\": 12\xff\xff\xff\xffnum__atte896.0nti\x83"
+      "on_heads\":cab_size\": 260}");
+  REQUIRE_THROWS_AS(parse_config(found, "fuzz.json"), amc::error);
+  REQUIRE_THROWS_WITH(parse_config(found, "fuzz.json"),
+                      AMC_CONTAINS("fuzz.json: not valid JSON") && AMC_CONTAINS("number overflow"));
+  REQUIRE_THROWS_AS(parse_config("1e440"), amc::error);
+  REQUIRE_THROWS_AS(parse_config("{\"hidden_size\": -1e400}"), amc::error);
+}
+
+TEST_CASE("non-finite weights: decode flags the attention, generate refuses the logits",
+          "[qwen2][numerics]") {
+  TempDir root("non_finite");
+  const fs::path good = root / "good";
+  write_synthetic_checkpoint(good, amc::qwen2::test::tiny_spec(amc::StorageType::bf16));
+  const Config config = load_config(good);
+  const auto vocab = static_cast<std::size_t>(config.vocab_size);
+  const auto hidden = static_cast<std::size_t>(config.hidden_size);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+
+  SECTION("NaN in a layer-1 bias: the prefill's logits are refused at step 0") {
+    const fs::path dir = root / "nan_bias";
+    std::vector<amc::bf16> bias;
+    rewrite(good, dir, [&](auto& tensors) {
+      for (amc::TensorToWrite& t : tensors) {
+        if (t.name != "model.layers.1.self_attn.k_proj.bias") continue;
+        bias.assign(static_cast<std::size_t>(t.shape[0]), amc::to_bf16(nan));
+        t = amc::make_tensor_to_write(t.name, t.shape, std::span<const amc::bf16>(bias));
+      }
+    });
+    const Checkpoint checkpoint = Checkpoint::load(dir);  // weights are not scanned on load
+    Session session(checkpoint);
+    GenerationOptions g;
+    g.max_tokens = 4;
+    const std::vector<std::int32_t> prompt{5, 6, 7};
+    REQUIRE_THROWS_WITH(generate(session, prompt, g),
+                        AMC_CONTAINS("amc::qwen2::generate: step 0 (prefill): logits[0] = NaN is "
+                                     "not finite") &&
+                            AMC_CONTAINS("NaN or Inf weights"));
+    // The session itself does not throw: decode reports the heads in StepStats.
+    Session raw(checkpoint);
+    std::vector<float> logits(vocab);
+    raw.prefill(prompt, logits);
+    const StepStats& stats = raw.decode(9, logits);
+    CHECK(std::isnan(logits[0]));
+    CHECK(stats.non_finite_heads == config.num_attention_heads);  // layer 1 only
+    CHECK(stats.first_non_finite_layer == 1);
+    CHECK(stats.first_non_finite_head == 0);
+  }
+  SECTION("NaN embeddings of every token but the prompt's: refused at the first decode step") {
+    const fs::path dir = root / "nan_embeddings";
+    std::vector<amc::bf16> embed, head;
+    rewrite(good, dir, [&](auto& tensors) {
+      for (amc::TensorToWrite& t : tensors) {
+        if (t.name != "model.embed_tokens.weight") continue;
+        const auto* stored = reinterpret_cast<const amc::bf16*>(t.bytes.data());
+        head.assign(stored, stored + vocab * hidden);  // a finite, untied lm_head
+        embed.assign(vocab * hidden, amc::to_bf16(nan));
+        std::copy_n(stored + 5 * hidden, hidden, embed.begin() + 5 * static_cast<std::ptrdiff_t>(hidden));
+        t = amc::make_tensor_to_write(t.name, t.shape, std::span<const amc::bf16>(embed));
+      }
+      tensors.push_back(amc::make_tensor_to_write(
+          "lm_head.weight", {config.vocab_size, config.hidden_size}, std::span<const amc::bf16>(head)));
+    });
+    const Checkpoint checkpoint = Checkpoint::load(dir);
+    Session session(checkpoint);
+    std::vector<float> logits(vocab);
+    session.prefill(std::vector<std::int32_t>{5}, logits);
+    std::size_t top = 0;
+    for (std::size_t i = 1; i < vocab; ++i) top = logits[i] > logits[top] ? i : top;
+    REQUIRE(top != 5);  // so the first decode step embeds a NaN row
+    Session fresh(checkpoint);
+    GenerationOptions g;
+    g.max_tokens = 3;
+    REQUIRE_THROWS_WITH(
+        generate(fresh, std::vector<std::int32_t>{5}, g),
+        AMC_CONTAINS("step 1 (decode): logits[0] = NaN is not finite; attention was first "
+                     "non-finite in layer 0, query head 0 (8 heads over all layers)"));
+  }
+  SECTION("a generation longer than max_position_embeddings is refused before allocating") {
+    const Checkpoint checkpoint = Checkpoint::load(good);
+    Session session(checkpoint);
+    GenerationOptions g;
+    g.max_tokens = std::numeric_limits<std::int64_t>::max();
+    REQUIRE_THROWS_WITH(generate(session, std::vector<std::int32_t>{5, 6}, g),
+                        AMC_CONTAINS("the prompt (2 tokens) and max_tokens (9223372036854775807) "
+                                     "exceed the model's max_position_embeddings (32768)"));
+    g.max_tokens = 32767;
+    REQUIRE_THROWS_WITH(generate(session, std::vector<std::int32_t>{5, 6}, g),
+                        AMC_CONTAINS("max_position_embeddings"));
+    CHECK(session.positions() == 0);
+  }
 }

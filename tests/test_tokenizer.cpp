@@ -428,6 +428,31 @@ TEST_CASE("tokenizer: every loading error names the file and the problem", "[tok
        "= 1073741824 is beyond the cap"},
       {"duplicate ids", [](json& d) { d["model"]["vocab"]["extra"] = 5; },
        "duplicate id 5 in model.vocab"},
+      // A huge vocabulary in a small file: one id far beyond the tokens defined would size
+      // every per-id table by it (about 1.3 GB for 2^24 - 1); refused before allocating.
+      {"sparse huge id", [](json& d) { d["model"]["vocab"]["extra"] = (1 << 24) - 1; },
+       "model.vocab[\"extra\"] = 16777215 is far beyond the 301 tokens the file defines"},
+      {"sparse huge added id",
+       [](json& d) {
+         d["added_tokens"].push_back({{"id", 9000000}, {"content", "<far>"}});
+       },
+       "added_tokens[3].id = 9000000 is far beyond the 301 tokens the file defines"},
+      {"id not a number",
+       [](json& d) {
+         d["model"]["vocab"]["!"] = json::array({1});
+       },
+       "model.vocab[\"!\"] is not an integer id"},
+      {"vocab not an object", [](json& d) { d["model"]["vocab"] = json::array({"a"}); },
+       "model.vocab is missing or not an object"},
+      {"model not an object", [](json& d) { d["model"] = "BPE"; }, "model is not an object"},
+      {"merges not an array", [](json& d) { d["model"]["merges"] = "a b"; },
+       "model.merges is missing or not an array"},
+      {"merge of numbers", [](json& d) { d["model"]["merges"][0] = 7; },
+       "model.merges[0] is neither"},
+      {"added tokens not an array", [](json& d) { d["added_tokens"] = json::object(); },
+       "added_tokens is not an array"},
+      {"added id a string", [](json& d) { d["added_tokens"][0]["id"] = "297"; },
+       "added_tokens[0].id is not an integer id"},
       {"missing byte token", [](json& d) { d["model"]["vocab"].erase("!"); },
        "model.vocab lacks the byte token \"!\" (byte 0x21)"},
       {"merges missing", [](json& d) { d["model"].erase("merges"); },
@@ -524,6 +549,22 @@ TEST_CASE("tokenizer: every loading error names the file and the problem", "[tok
   }
   CHECK_THAT(error_of([] { Tokenizer::from_json("{\"model\": ", "cut.json"); }),
              AMC_CONTAINS("cut.json: not valid JSON"));
+  CHECK_THAT(error_of([] { Tokenizer::from_json("", "empty.json"); }),
+             AMC_CONTAINS("empty.json: not valid JSON"));
+  CHECK_THAT(error_of([] { Tokenizer::from_json("{\"model\": \"\xff\"}", "bytes.json"); }),
+             AMC_CONTAINS("bytes.json: not valid JSON"));
+  // Nesting a million deep: parsed and refused without recursion (no stack overflow).
+  const std::string deep =
+      "{\"model\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+  CHECK_THAT(error_of([&] { Tokenizer::from_json(deep, "deep.json"); }),
+             AMC_CONTAINS("deep.json: model is not an object"));
+  json without_pre = base;
+  without_pre.erase("pre_tokenizer");
+  std::string deep_pre = without_pre.dump();  // not dump() of the deep value: it recurses
+  deep_pre.insert(1, "\"pre_tokenizer\": " + std::string(100000, '[') +
+                         std::string(100000, ']') + ", ");
+  CHECK_THAT(error_of([&] { Tokenizer::from_json(deep_pre, "deep_pre.json"); }),
+             AMC_CONTAINS("deep_pre.json: pre_tokenizer"));
   // The untouched base loads, also with merges as pairs and a GPT-2 style ByteLevel pre-tokenizer.
   CHECK_NOTHROW(Tokenizer::from_json(base.dump(), "base.json"));
   json gpt2 = base;
@@ -552,4 +593,75 @@ TEST_CASE("tokenizer: load from a file or a model folder", "[tokenizer]") {
   CHECK_THAT(error_of([&] { Tokenizer::load(dir / "broken.json"); }),
              AMC_CONTAINS((dir / "broken.json").string() + ": model.vocab is missing"));
   fs::remove_all(dir);
+}
+
+// --- fuzzing regressions (fuzz/regressions/fuzz_tokenizer_json/) -------------------------------
+
+TEST_CASE("tokenizer: normalizer Sequences nested deep are refused, not recursed into",
+          "[tokenizer][fuzz]") {
+  // Sequence nested in Sequence N times around NFC. Each level used to recurse and build its own
+  // location string, so 100,000 levels (a 3.6 MB file) took gigabytes; now more than 16 levels
+  // are refused at the 17th.
+  const auto nested = [](std::size_t depth) {
+    std::string normalizer;
+    for (std::size_t i = 0; i < depth; ++i) normalizer += R"({"type":"Sequence","normalizers":[)";
+    normalizer += R"({"type":"NFC"})";
+    for (std::size_t i = 0; i < depth; ++i) normalizer += "]}";
+    std::string text = synthetic_json(260);
+    const std::string nfc = R"("normalizer":{"type":"NFC"})";
+    const std::size_t at = text.find(nfc);
+    REQUIRE(at != std::string::npos);
+    return text.replace(at, nfc.size(), "\"normalizer\":" + normalizer);
+  };
+  CHECK(Tokenizer::from_json(nested(16), "ok.json").encode("caf\xC3\xA9") ==
+        Tokenizer::from_json(synthetic_json(260), "flat.json").encode("caf\xC3\xA9"));
+  CHECK_THAT(error_of([&] { Tokenizer::from_json(nested(17), "deep.json"); }),
+             AMC_CONTAINS("deep.json: normalizer") &&
+                 AMC_CONTAINS("nests normalizer Sequences deeper than 16 levels"));
+  CHECK_THROWS_AS(Tokenizer::from_json(nested(100000), "deeper.json"), amc::error);
+  // The input kept in fuzz/regressions/ (40 levels) is refused the same way.
+  const fs::path regression = fs::path(AMC_TEST_SOURCE_DIR) / ".." / "fuzz" / "regressions" /
+                              "fuzz_tokenizer_json" / "normalizer-sequence-nested-40-deep.json";
+  const std::string text = read_text(regression);
+  REQUIRE(text.size() > 1000);
+  CHECK_THAT(error_of([&] { Tokenizer::from_json(text, "regression.json"); }),
+             AMC_CONTAINS("nests normalizer Sequences deeper than 16 levels"));
+}
+
+TEST_CASE("tokenizer: Split with a String pattern loads and splits literally", "[tokenizer][fuzz]") {
+  // PCRE2_LITERAL refuses PCRE2_UCP ("invalid option bits"), so every {"String": ...} pattern
+  // used to fail to compile and the file was refused. The input kept in fuzz/regressions/ puts
+  // Split {"String": "."} in front of the steps of synthetic_tokenizer_json(300).
+  const fs::path regression = fs::path(AMC_TEST_SOURCE_DIR) / ".." / "fuzz" / "regressions" /
+                              "fuzz_tokenizer_json" / "split-string-pattern-dot.json";
+  const std::string text = read_text(regression);
+  REQUIRE(text.find(R"("pattern":{"String":"."})") != std::string::npos);
+  const Tokenizer dot = Tokenizer::from_json(text, "string.json");
+  const Tokenizer base = Tokenizer::from_json(synthetic_json(300), "base.json");
+  // "." is matched literally (not "any character") and isolated: the words around it are
+  // encoded on their own, exactly as the base tokenizer encodes them apart.
+  const auto concat = [&](std::initializer_list<std::string_view> parts) {
+    Ids ids;
+    for (const std::string_view part : parts) {
+      const Ids more = base.encode(part);
+      ids.insert(ids.end(), more.begin(), more.end());
+    }
+    return ids;
+  };
+  CHECK(dot.encode("config.json.bak") == concat({"config", ".", "json", ".", "bak"}));
+  // Not "any character": words keep their merges (a regex "." would isolate every character).
+  REQUIRE(base.encode("config").size() < 6);
+  CHECK(dot.encode("config") == base.encode("config"));
+  CHECK(dot.encode("nodots") == base.encode("nodots"));
+  CHECK(dot.decode(dot.encode("a.b..c caf\xC3\xA9.")) == "a.b..c caf\xC3\xA9.");
+}
+
+TEST_CASE("tokenizer: a Split regex using \\C is refused", "[tokenizer][fuzz]") {
+  // \C matches one byte even in UTF mode: the pieces could end inside a character, and the next
+  // step ran PCRE2 on them as valid UTF-8 (PCRE2_NO_UTF_CHECK), which is undefined behaviour.
+  const fs::path regression = fs::path(AMC_TEST_SOURCE_DIR) / ".." / "fuzz" / "regressions" /
+                              "fuzz_tokenizer_json" / "split-regex-backslash-C.json";
+  CHECK_THAT(error_of([&] { Tokenizer::from_json(read_text(regression), "c.json"); }),
+             AMC_CONTAINS("c.json: pre_tokenizer.pretokenizers[0].pattern does not compile") &&
+                 AMC_CONTAINS("\\C"));
 }

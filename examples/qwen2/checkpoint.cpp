@@ -71,7 +71,7 @@ class CheckpointLoader {
     json index;
     try {
       index = json::parse(read_text(index_file));
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
       detail::throw_error(kWhere, index_file.string(), ": not valid JSON: ", e.what());
     }
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {

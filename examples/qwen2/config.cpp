@@ -24,6 +24,34 @@ constexpr std::int64_t kMaxLayers = 1 << 12;
 constexpr std::int64_t kMaxHeads = 1 << 12;
 constexpr std::int64_t kMaxVocab = 1 << 24;
 constexpr std::int64_t kMaxPositions = std::int64_t{1} << 30;
+constexpr std::int64_t kMaxInteger = std::numeric_limits<std::int64_t>::max();
+
+/// A scalar's JSON text, cut to `limit` characters.
+std::string cut_dump(const json& value, std::size_t limit) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  return text.size() > limit ? text.substr(0, limit) + "..." : text;
+}
+
+/// A JSON value for an error message: scalars as JSON text, arrays and objects one level deep
+/// (nested ones as [...] and {...}), cut short. Not json::dump(), which recurses without limit:
+/// a hostile config.json may nest arrays a million deep and overflow the stack.
+std::string brief(const json& value) {
+  constexpr std::size_t limit = 80;
+  if (!value.is_structured()) return cut_dump(value, limit);
+  const bool array = value.is_array();
+  std::string text = array ? "[" : "{";
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    if (text.size() > limit) {
+      text += "...";
+      break;
+    }
+    if (it != value.begin()) text += ", ";
+    if (!array) text += cut_dump(json(it.key()), limit) + ": ";
+    const json& item = it.value();
+    text += item.is_array() ? "[...]" : item.is_object() ? "{...}" : cut_dump(item, limit);
+  }
+  return text + (array ? "]" : "}");
+}
 
 class Reader {
  public:
@@ -45,14 +73,17 @@ class Reader {
 
   std::int64_t integer(const char* key, const json& value) const {
     // JSON writers sometimes emit 896.0 for an integer; accept exact integral floats.
+    if (value.is_number_unsigned() &&
+        value.get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxInteger)) {
+      fail("key '", key, "' = ", brief(value), " is beyond any supported size");
+    }
     if (value.is_number_integer()) return value.get<std::int64_t>();
     if (value.is_number_float()) {
       const double d = value.get<double>();
-      if (d == static_cast<double>(static_cast<std::int64_t>(d)) && std::abs(d) < 9.0e15) {
-        return static_cast<std::int64_t>(d);
-      }
+      // Range first: converting a double beyond int64's range is undefined behaviour.
+      if (std::abs(d) < 9.0e15 && d == std::trunc(d)) return static_cast<std::int64_t>(d);
     }
-    fail("key '", key, "' must be an integer, got ", value.dump());
+    fail("key '", key, "' must be an integer, got ", brief(value));
   }
 
   std::int64_t size(const char* key, std::int64_t limit) const {
@@ -67,7 +98,7 @@ class Reader {
   }
 
   double number(const char* key, const json& value) const {
-    if (!value.is_number()) fail("key '", key, "' must be a number, got ", value.dump());
+    if (!value.is_number()) fail("key '", key, "' must be a number, got ", brief(value));
     return value.get<double>();
   }
 
@@ -100,7 +131,8 @@ Config parse_config(std::string_view json_text, const std::string& source) {
   json root;
   try {
     root = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // Not only parse_error: a number beyond double's range (1e400) is an out_of_range.
     detail::throw_error(kWhere, source, ": not valid JSON: ", e.what());
   }
   const Reader r(root, source);
@@ -162,17 +194,17 @@ Config parse_config(std::string_view json_text, const std::string& source) {
   if (const json* v = r.optional("rope_theta")) {
     c.rope_theta = r.number("rope_theta", *v);
     if (!(c.rope_theta > 1.0) || !std::isfinite(c.rope_theta)) {
-      r.fail("key 'rope_theta' must be finite and > 1, got ", v->dump());
+      r.fail("key 'rope_theta' must be finite and > 1, got ", brief(*v));
     }
   }
   if (const json* v = r.optional("rms_norm_eps")) {
     c.rms_norm_eps = r.number("rms_norm_eps", *v);
     if (!(c.rms_norm_eps > 0.0) || !(c.rms_norm_eps < 1.0)) {
-      r.fail("key 'rms_norm_eps' must be in (0, 1), got ", v->dump());
+      r.fail("key 'rms_norm_eps' must be in (0, 1), got ", brief(*v));
     }
   }
   if (const json* v = r.optional("tie_word_embeddings")) {
-    if (!v->is_boolean()) r.fail("key 'tie_word_embeddings' must be a boolean, got ", v->dump());
+    if (!v->is_boolean()) r.fail("key 'tie_word_embeddings' must be a boolean, got ", brief(*v));
     c.tie_word_embeddings = v->get<bool>();
   }
   c.bos_token_id = r.token_id("bos_token_id");
@@ -182,15 +214,15 @@ Config parse_config(std::string_view json_text, const std::string& source) {
   // them rather than silently compute something else.
   if (const json* v = r.optional("hidden_act")) {
     if (!v->is_string() || v->get<std::string>() != "silu") {
-      r.fail("key 'hidden_act' must be \"silu\", got ", v->dump());
+      r.fail("key 'hidden_act' must be \"silu\", got ", brief(*v));
     }
   }
   if (const json* v = r.optional("use_sliding_window")) {
-    if (!v->is_boolean()) r.fail("key 'use_sliding_window' must be a boolean, got ", v->dump());
+    if (!v->is_boolean()) r.fail("key 'use_sliding_window' must be a boolean, got ", brief(*v));
     if (v->get<bool>()) r.fail("use_sliding_window = true is not supported (full attention only)");
   }
   if (const json* v = r.optional("rope_scaling")) {
-    r.fail("rope_scaling ", v->dump(), " is not supported (plain RoPE only); expected null");
+    r.fail("rope_scaling ", brief(*v), " is not supported (plain RoPE only); expected null");
   }
   return c;
 }

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <span>
+#include <string>
 
 namespace amc::qwen2 {
 
@@ -18,6 +20,31 @@ double GenerationResult::decode_tokens_per_s() const {
   return decode_seconds > 0.0 ? static_cast<double>(decode_steps) / decode_seconds : 0.0;
 }
 
+namespace {
+
+/// Refuses logits that are not all finite: the argmax of NaN or Inf logits is no prediction.
+/// `stats` (decode steps) says where attention first went non-finite, when it did.
+void check_finite_logits(std::span<const float> logits, std::int64_t step,
+                         const StepStats* stats) {
+  std::size_t bad = 0;
+  while (bad < logits.size() && std::isfinite(logits[bad])) ++bad;
+  if (bad == logits.size()) return;
+  std::string attention;
+  if (stats != nullptr && stats->non_finite_heads > 0) {
+    attention = "; attention was first non-finite in layer " +
+                std::to_string(stats->first_non_finite_layer) + ", query head " +
+                std::to_string(stats->first_non_finite_head) + " (" +
+                std::to_string(stats->non_finite_heads) + " heads over all layers)";
+  }
+  const float value = logits[bad];
+  const char* shown = std::isnan(value) ? "NaN" : value > 0.0f ? "+Inf" : "-Inf";
+  detail::throw_error("amc::qwen2::generate", "step ", step, " (", stats ? "decode" : "prefill",
+                      "): logits[", bad, "] = ", shown, " is not finite", attention,
+                      "; the checkpoint holds NaN or Inf weights or the forward pass overflowed");
+}
+
+}  // namespace
+
 GenerationResult generate(Session& session, std::span<const std::int32_t> prompt,
                           const GenerationOptions& options,
                           const std::function<void(const GeneratedToken&)>& on_token) {
@@ -28,7 +55,15 @@ GenerationResult generate(Session& session, std::span<const std::int32_t> prompt
   const bool mass = session.options().retained_mass;
   GenerationResult result;
   result.prompt_tokens = static_cast<std::int64_t>(prompt.size());
-  session.reserve(session.positions() + result.prompt_tokens + options.max_tokens);
+  // The cache is reserved for the whole run up front: a huge max_tokens must be refused here,
+  // not turned into an allocation that exhausts memory (or an overflowing sum).
+  const std::int64_t limit = session.config().max_position_embeddings;
+  const std::int64_t used = session.positions() + result.prompt_tokens;
+  AMC_CHECK(used <= limit && options.max_tokens <= limit - used, "amc::qwen2::generate",
+            "the cache (", session.positions(), " positions), the prompt (", result.prompt_tokens,
+            " tokens) and max_tokens (", options.max_tokens,
+            ") exceed the model's max_position_embeddings (", limit, ")");
+  session.reserve(used + options.max_tokens);
   std::vector<float> logits(static_cast<std::size_t>(vocab));
 
   auto emit = [&](std::int64_t step, float retained) {
@@ -50,6 +85,7 @@ GenerationResult generate(Session& session, std::span<const std::int32_t> prompt
   session.prefill(prompt, logits);
   result.prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (options.max_tokens == 0) return result;
+  check_finite_logits(logits, 0, nullptr);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::int32_t token = emit(0, mass ? 1.0f : nan);
 
@@ -59,6 +95,7 @@ GenerationResult generate(Session& session, std::span<const std::int32_t> prompt
     const StepStats& stats = session.decode(token, logits);
     result.decode_seconds += std::chrono::duration<double>(Clock::now() - begin).count();
     ++result.decode_steps;
+    check_finite_logits(logits, step, &stats);
     token = emit(step, mass ? stats.min_retained_mass : nan);
   }
   return result;

@@ -12,7 +12,9 @@
 namespace amc::qwen2 {
 
 struct GenerationOptions {
-  std::int64_t max_tokens = 128;  ///< tokens to generate (>= 0)
+  /// Tokens to generate (>= 0); with the prompt and what the session already holds, at most
+  /// the model's max_position_embeddings positions.
+  std::int64_t max_tokens = 128;
   /// Stop after generating this id (the model's eos_token_id); -1 never stops early.
   std::int64_t stop_token = -1;
   bool keep_logits = false;  ///< keep every step's logits in GenerationResult::logits
@@ -43,7 +45,10 @@ struct GenerationResult {
 
 /// Generates on `session` (which should be empty: the prompt goes at positions() onwards).
 /// `on_token` runs after each token, e.g. to stream it out.
-/// Throws amc::error for an empty prompt or ids outside the vocabulary.
+/// Throws amc::error for an empty prompt or ids outside the vocabulary, and when a step's
+/// logits are not all finite (NaN or Inf weights, an overflow): the message names the step, the
+/// first non-finite logit and, for a decode step, the first layer and head whose attention was
+/// non-finite (StepStats::non_finite_heads).
 GenerationResult generate(Session& session, std::span<const std::int32_t> prompt,
                           const GenerationOptions& options,
                           const std::function<void(const GeneratedToken&)>& on_token = {});

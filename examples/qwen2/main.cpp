@@ -200,6 +200,14 @@ int run_generate(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
       });
   std::vector<std::int32_t> ids;
   for (const GeneratedToken& t : result.tokens) ids.push_back(t.token);
+  if (!a.logits_out.empty()) {
+    // Before the summary, so that a file that cannot be written leaves one line on stderr (and,
+    // written to a temporary file renamed into place, never a partial file).
+    const auto steps = static_cast<std::int64_t>(result.tokens.size());
+    const amc::TensorToWrite tensor =
+        amc::make_tensor_to_write("logits", {steps, vocab}, std::span<const float>(result.logits));
+    amc::write_safetensors(a.logits_out, std::span(&tensor, 1));
+  }
   if (a.json) {
     std::cout << dump(Json{{"tokens", ids},
                            {"prefill_tokens_per_s", result.prefill_tokens_per_s()},
@@ -212,12 +220,6 @@ int run_generate(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
                  "tokens/s (%s attention)\n",
                  ids.size(), static_cast<long long>(result.prompt_tokens),
                  result.prefill_tokens_per_s(), result.decode_tokens_per_s(), a.attention.c_str());
-  }
-  if (!a.logits_out.empty()) {
-    const auto steps = static_cast<std::int64_t>(result.tokens.size());
-    const amc::TensorToWrite tensor =
-        amc::make_tensor_to_write("logits", {steps, vocab}, std::span<const float>(result.logits));
-    amc::write_safetensors(a.logits_out, std::span(&tensor, 1));
   }
   return 0;
 }

@@ -213,6 +213,9 @@ struct Session::Impl {
               "logits has ", logits.size(), " entries, expected vocab_size ", vocab);
     const std::int64_t position = cache.positions();
     stats.positions_read = 0;
+    stats.non_finite_heads = 0;
+    stats.first_non_finite_layer = -1;
+    stats.first_non_finite_head = -1;
     stats.retained_mass.clear();
     stats.min_retained_mass = std::numeric_limits<float>::quiet_NaN();
     embed(token, x.data());
@@ -310,6 +313,14 @@ struct Session::Impl {
       }
     }
     for (const HeadResult& r : results) stats.positions_read += r.positions_read;
+    for (std::int64_t hd = 0; hd < heads; ++hd) {
+      const auto i = static_cast<std::size_t>(hd);
+      if (results[i].finite && (!both || dense_results[i].finite)) continue;
+      if (stats.non_finite_heads++ == 0) {
+        stats.first_non_finite_layer = layer;
+        stats.first_non_finite_head = hd;
+      }
+    }
     if (options.on_layer) {
       LayerAttention a;
       a.layer = layer;

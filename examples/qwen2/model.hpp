@@ -68,6 +68,12 @@ struct StepStats {
   float min_retained_mass = 0.0f;
   /// Positions read by the attention, summed over layers and query heads.
   std::int64_t positions_read = 0;
+  /// Query heads, over all layers, whose attention result was not finite (HeadResult::finite
+  /// false: NaN or Inf reached the attention, e.g. from NaN weights); 0 on a healthy step.
+  std::int64_t non_finite_heads = 0;
+  /// Layer and query head of the first of them; -1 when there is none.
+  std::int64_t first_non_finite_layer = -1;
+  std::int64_t first_non_finite_head = -1;
 };
 
 /// One sequence being generated: the KV cache, scratch and threads of a forward pass over a
@@ -96,7 +102,8 @@ class Session {
                bool all_positions = false);
 
   /// One token at position positions() through the decode path (dense or block-sparse
-  /// attention per the options). \param logits [vocab]
+  /// attention per the options). Non-finite numbers are not an error here: they show in the
+  /// logits and in StepStats::non_finite_heads (generate() refuses them). \param logits [vocab]
   const StepStats& decode(std::int32_t token, std::span<float> logits);
 
   /// Forgets every position.

@@ -43,6 +43,11 @@ using json = nlohmann::json;
 /// must not make the loader allocate gigabytes.
 constexpr std::int64_t kMaxTokenId = std::int64_t{1} << 24;
 
+/// Ids may leave gaps, but the per-id tables are sized by the largest id (about 80 bytes per
+/// id): one id of 2^24 - 1 in a 100-byte file would allocate 1.3 GB. So ids must stay below
+/// twice the number of tokens the file defines plus this slack.
+constexpr std::int64_t kIdSlack = std::int64_t{1} << 16;
+
 /// The Qwen2 Split regex (see shared QWEN2.md); also the synthetic tokenizer's.
 constexpr const char* kQwen2SplitRegex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
@@ -252,7 +257,14 @@ class Regex {
         const std::string& what) {
     int error_code = 0;
     PCRE2_SIZE error_offset = 0;
-    const std::uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0u);
+    // NEVER_BACKSLASH_C: \C matches one byte even in UTF mode, so a Split step could cut a
+    // character in two, and the next step (matched with PCRE2_NO_UTF_CHECK) would run PCRE2 on
+    // invalid UTF-8, which its documentation leaves undefined (reads past the subject). No real
+    // tokenizer uses \C; a pattern with it fails to compile and is refused.
+    // A literal ("String") pattern has no escapes or classes, and PCRE2_LITERAL refuses both
+    // options ("invalid option bits"): with PCRE2_UCP no String pattern ever compiled.
+    const std::uint32_t options =
+        PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C);
     code_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
                               &error_code, &error_offset, nullptr));
     if (!code_) {
@@ -500,11 +512,21 @@ struct Model {
 
 // --- loading -------------------------------------------------------------------------------------
 
+/// Deepest nesting of normalizer Sequences accepted (real files nest at most one level). Without
+/// a cap a Sequence nested 100,000 deep in a 3.6 MB file recursed once per level and built a
+/// location string per level: quadratic, gigabytes (found by reasoning from fuzz_tokenizer_json;
+/// fuzz/regressions/fuzz_tokenizer_json/).
+constexpr std::size_t kMaxNormalizerDepth = 16;
+
 void read_normalizer(const Reader& reader, const json& root, Model& impl) {
   const auto it = root.find("normalizer");
   if (it == root.end() || it->is_null()) return;
-  const std::function<void(const json&, const std::string&)> visit = [&](const json& node,
-                                                                         const std::string& where) {
+  const std::function<void(const json&, const std::string&, std::size_t)> visit =
+      [&](const json& node, const std::string& where, std::size_t depth) {
+    if (depth > kMaxNormalizerDepth) {
+      reader.fail(where, " nests normalizer Sequences deeper than ", kMaxNormalizerDepth,
+                  " levels");
+    }
     const std::string type = reader.type_of(node, where);
     if (type == "NFC") {
       impl.nfc = true;
@@ -514,13 +536,13 @@ void read_normalizer(const Reader& reader, const json& root, Model& impl) {
         reader.fail(where, ".normalizers is missing or not an array");
       }
       for (std::size_t i = 0; i < list->size(); ++i) {
-        visit((*list)[i], where + ".normalizers[" + std::to_string(i) + "]");
+        visit((*list)[i], where + ".normalizers[" + std::to_string(i) + "]", depth + 1);
       }
     } else {
       reader.fail(where, ".type ", quote(type), " is not supported (only NFC)");
     }
   };
-  visit(*it, "normalizer");
+  visit(*it, "normalizer", 0);
 }
 
 void read_pre_tokenizer(const Reader& reader, const json& root, Model& impl) {
@@ -602,7 +624,33 @@ void read_decoder_and_post(const Reader& reader, const json& root) {
   }
 }
 
-void read_model(const Reader& reader, const json& root, Model& impl, std::int32_t& max_id) {
+/// The bound on ids of a file (see kIdSlack), from the number of tokens it defines.
+struct IdLimit {
+  std::int64_t tokens = 0;
+  std::int64_t limit = 0;
+
+  explicit IdLimit(const json& root) {
+    const auto model = root.find("model");
+    if (model != root.end() && model->is_object()) {
+      const auto vocab = model->find("vocab");
+      if (vocab != model->end() && vocab->is_object()) tokens += static_cast<std::int64_t>(vocab->size());
+    }
+    const auto added = root.find("added_tokens");
+    if (added != root.end() && added->is_array()) tokens += static_cast<std::int64_t>(added->size());
+    limit = std::min(kMaxTokenId, 2 * tokens + kIdSlack);
+  }
+
+  void check(const Reader& reader, std::int32_t id, const std::string& where) const {
+    if (id >= limit) {
+      reader.fail(where, " = ", id, " is far beyond the ", tokens,
+                  " tokens the file defines (ids must be below ", limit,
+                  "; the tables are sized by the largest id)");
+    }
+  }
+};
+
+void read_model(const Reader& reader, const json& root, Model& impl, std::int32_t& max_id,
+                const IdLimit& id_limit) {
   const auto model_it = root.find("model");
   if (model_it == root.end() || model_it->is_null()) reader.fail("\"model\" is missing");
   const json& model = *model_it;
@@ -633,7 +681,9 @@ void read_model(const Reader& reader, const json& root, Model& impl, std::int32_
   impl.vocab.reserve(vocab_it->size());
   std::vector<const std::string*> by_id;
   for (const auto& [token, value] : vocab_it->items()) {
-    const std::int32_t id = reader.id(value, "model.vocab[" + quote(token) + "]");
+    const std::string where = "model.vocab[" + quote(token) + "]";
+    const std::int32_t id = reader.id(value, where);
+    id_limit.check(reader, id, where);
     const auto index = static_cast<std::size_t>(id);
     if (index >= by_id.size()) by_id.resize(index + 1, nullptr);
     if (by_id[index]) {
@@ -709,7 +759,8 @@ void read_model(const Reader& reader, const json& root, Model& impl, std::int32_
   }
 }
 
-void read_added_tokens(const Reader& reader, const json& root, Model& impl, std::int32_t& max_id) {
+void read_added_tokens(const Reader& reader, const json& root, Model& impl, std::int32_t& max_id,
+                       const IdLimit& id_limit) {
   const auto list = root.find("added_tokens");
   if (list == root.end() || list->is_null()) return;
   if (!list->is_array()) reader.fail("added_tokens is not an array");
@@ -719,6 +770,7 @@ void read_added_tokens(const Reader& reader, const json& root, Model& impl, std:
     if (!entry.is_object()) reader.fail(where, " is not an object");
     if (!entry.contains("id")) reader.fail(where, ".id is missing");
     const std::int32_t id = reader.id(entry["id"], where + ".id");
+    id_limit.check(reader, id, where + ".id");
     const std::string content = reader.string_field(entry, "content", where);
     if (content.empty()) reader.fail(where, ".content is empty");
     if (invalid_utf8_offset(content) != std::string_view::npos) {
@@ -789,8 +841,9 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& so
   model.source = source;
   try {
     std::int32_t max_id = -1;
-    read_model(reader, root, model, max_id);
-    read_added_tokens(reader, root, model, max_id);
+    const IdLimit id_limit(root);
+    read_model(reader, root, model, max_id, id_limit);
+    read_added_tokens(reader, root, model, max_id, id_limit);
     read_normalizer(reader, root, model);
     read_pre_tokenizer(reader, root, model);
     read_decoder_and_post(reader, root);

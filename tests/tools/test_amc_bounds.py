@@ -210,6 +210,51 @@ def main():
             path = os.path.join(tmp, f"{label}.safetensors")
             write_safetensors(path, tensors)
             expect_usage_error(tool, [path, "--json"], words, label)
+        # Non-finite values are refused up front (the bounds would be meaningless), in any dtype.
+        nan_k = list(k)
+        nan_k[17] = float("nan")
+        inf_q = list(q)
+        inf_q[3] = float("inf")
+        neg_inf_v = list(v)
+        neg_inf_v[0] = float("-inf")
+        non_finite = {
+            "nan_k": ([("q", "F32", [3, 4], q), ("k", "F32", [1, 10, 4], nan_k), ("v", "F32", [1, 10, 4], v)], "'k'"),
+            "inf_q": ([("q", "BF16", [3, 4], inf_q), ("k", "BF16", [1, 10, 4], k), ("v", "BF16", [1, 10, 4], v)], "'q'"),
+            "neg_inf_v": ([("q", "F32", [3, 4], q), ("k", "F32", [1, 10, 4], k), ("v", "BF16", [1, 10, 4], neg_inf_v)], "'v'"),
+        }
+        for label, (tensors, name) in non_finite.items():
+            path = os.path.join(tmp, f"{label}.safetensors")
+            write_safetensors(path, tensors)
+            expect_usage_error(tool, [path, "--json"], [name, "holds a non-finite value"], label)
+        # Hostile files: a wrong dtype, a header longer than the file, a cut buffer, an empty
+        # file, a directory, shapes whose product overflows 64 bits, offsets past the end.
+        good_bytes = open(good, "rb").read()
+        header_size = struct.unpack("<Q", good_bytes[:8])[0]
+        good_header = good_bytes[8:8 + header_size].decode().rstrip()
+        hostile = {
+            "wrong_dtype": good_header.replace('"F32"', '"I32"', 1).encode(),
+            "overflow_shape": good_header.replace("[3, 4]", "[4294967296, 4294967297]", 1).encode(),
+            "past_end": good_header.replace("[0, 48]", "[0, 4800]", 1).encode(),
+        }
+        for label, header in hostile.items():
+            path = os.path.join(tmp, f"{label}.safetensors")
+            with open(path, "wb") as f:
+                header = header + b" " * ((8 - len(header) % 8) % 8)
+                f.write(struct.pack("<Q", len(header)) + header + good_bytes[8 + header_size:])
+            expect_usage_error(tool, [path], [f"{label}.safetensors"], label)
+        raw = {
+            "header_too_long": struct.pack("<Q", len(good_bytes)) + good_bytes[8:],
+            "header_huge": struct.pack("<Q", (1 << 64) - 1) + good_bytes[8:],
+            "cut_buffer": good_bytes[:len(good_bytes) - 5],
+            "cut_prefix": good_bytes[:5],
+            "empty": b"",
+        }
+        for label, data in raw.items():
+            path = os.path.join(tmp, f"{label}.safetensors")
+            with open(path, "wb") as f:
+                f.write(data)
+            expect_usage_error(tool, [path, "--json"], [f"{label}.safetensors"], label)
+        expect_usage_error(tool, [tmp], [os.path.basename(tmp)], "directory")
         malformed = os.path.join(tmp, "malformed.safetensors")
         with open(malformed, "wb") as f:
             f.write(struct.pack("<Q", 1000) + b"{}")

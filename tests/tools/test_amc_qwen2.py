@@ -27,7 +27,7 @@ def check(condition, message):
 
 
 def run(args, expect=0):
-    result = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=300)
     check(result.returncode == expect,
           f"{' '.join(args)}: exit {result.returncode}, expected {expect}; stderr: {result.stderr}")
     return result
@@ -58,6 +58,83 @@ def read_safetensors_f32(path):
         values = struct.unpack(f"<{(end - begin) // 4}f", data[8 + n + begin:8 + n + end])
         out[name] = (entry["shape"], values)
     return out
+
+
+def copy_checkpoint(source, target, replace=None):
+    """Copies config.json, model.safetensors and tokenizer.json; `replace` maps names to bytes."""
+    os.makedirs(target)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        data = (replace or {}).get(name)
+        with open(os.path.join(target, name), "wb") as f:
+            f.write(read_file(os.path.join(source, name)) if data is None else data)
+    return target
+
+
+def with_tensor_nan(data, tensor):
+    """model.safetensors bytes with every element of a BF16 tensor set to NaN (0x7FC0)."""
+    (n,) = struct.unpack("<Q", data[:8])
+    entry = json.loads(data[8:8 + n])[tensor]
+    check(entry["dtype"] == "BF16", f"{tensor}: dtype {entry['dtype']}")
+    begin, end = (8 + n + x for x in entry["data_offsets"])
+    return data[:begin] + b"\xc0\x7f" * ((end - begin) // 2) + data[end:]
+
+
+def hostile_files(qwen2, good, tmp):
+    """Hostile checkpoint files and arguments: exit 2, one line naming the problem on stderr,
+    and no --logits-out file (nor a temporary one) left behind."""
+    config = read_file(os.path.join(good, "config.json")).decode()
+    tokenizer = read_file(os.path.join(good, "tokenizer.json")).decode()
+    weights = read_file(os.path.join(good, "model.safetensors"))
+    deep = "[" * 1000000 + "]" * 1000000
+    sparse = json.loads(tokenizer)
+    sparse["model"]["vocab"]["x"] = 16777215  # one id sizing every per-id table
+    sparse_tokenizer = json.dumps(sparse)
+    cases = {
+        "config_deep": ({"config.json": config.replace('"hidden_size": 64', '"hidden_size": ' + deep)},
+                        ["config.json", "key 'hidden_size' must be an integer, got [[...]]"]),
+        "config_float": ({"config.json": config.replace('"hidden_size": 64', '"hidden_size": 1e300')},
+                         ["key 'hidden_size' must be an integer, got 1e+300"]),
+        "config_kv_heads": ({"config.json": config.replace('"num_key_value_heads": 2', '"num_key_value_heads": 3')},
+                            ["num_key_value_heads (3) does not divide num_attention_heads (4)"]),
+        "config_huge": ({"config.json": config.replace('"hidden_size": 64', '"hidden_size": 65536')
+                                               .replace('"num_hidden_layers": 2', '"num_hidden_layers": 4000')},
+                        ["beyond the supported 2^40"]),
+        "config_big": ({"config.json": config.replace('"vocab_size": 320', '"vocab_size": 16000000')},
+                       ["tensor 'model.embed_tokens.weight' has shape [320, 64], expected [16000000, 64]"]),
+        "config_not_json": ({"config.json": b"\xff\xfe{"}, ["config.json: not valid JSON"]),
+        "tokenizer_sparse_id": ({"tokenizer.json": sparse_tokenizer},
+                                ["tokenizer.json", "= 16777215 is far beyond the"]),
+        "tokenizer_cut": ({"tokenizer.json": tokenizer[:len(tokenizer) // 2]}, ["tokenizer.json: not valid JSON"]),
+        "weights_cut": ({"model.safetensors": weights[:len(weights) - 100]}, ["model.safetensors"]),
+        "weights_header_huge": ({"model.safetensors": struct.pack("<Q", 1 << 62) + weights[8:]},
+                                ["model.safetensors"]),
+        "weights_nan": ({"model.safetensors": with_tensor_nan(weights, "model.layers.1.self_attn.k_proj.bias")},
+                        ["step 0 (prefill): logits[0] = NaN is not finite"]),
+    }
+    for label, (replace, words) in cases.items():
+        replace = {k: v.encode() if isinstance(v, str) else v for k, v in replace.items()}
+        model = copy_checkpoint(good, os.path.join(tmp, "hostile_" + label), replace)
+        out = os.path.join(tmp, "hostile_" + label + ".safetensors")
+        check_usage_error([qwen2, "--model", model, "--prompt-ids", "5,6,7", "-n", "3", "--json",
+                           "--logits-out", out], words)
+        check(not os.path.exists(out), f"{label}: --logits-out file left behind")
+    # Arguments that would exhaust memory are refused before allocating.
+    check_usage_error([qwen2, "--model", good, "--prompt-ids", "5", "-n", "9223372036854775807"],
+                      ["max_position_embeddings (32768)"])
+    # The output itself cannot be written: no file, no temporary file left.
+    blocker = os.path.join(tmp, "not_a_directory")
+    with open(blocker, "wb") as f:
+        f.write(b"x")
+    before = set(os.listdir(tmp))
+    check_usage_error([qwen2, "--model", good, "--prompt-ids", "5", "-n", "2", "--logits-out",
+                       os.path.join(blocker, "logits.safetensors")], ["logits.safetensors"])
+    check(set(os.listdir(tmp)) == before, f"--logits-out under a file left {set(os.listdir(tmp)) - before}")
+    directory = os.path.join(tmp, "a_directory")
+    os.makedirs(directory)
+    before = set(os.listdir(tmp))
+    check_usage_error([qwen2, "--model", good, "--prompt-ids", "5", "-n", "2", "--logits-out", directory],
+                      ["a_directory"])
+    check(set(os.listdir(tmp)) == before, f"--logits-out over a directory left {set(os.listdir(tmp)) - before}")
 
 
 def main():
@@ -161,6 +238,8 @@ def main():
         # Ids need no tokenizer; text then shows ids.
         out = run([qwen2, "--model", no_tokenizer, "--prompt-ids", "1,2", "-n", "2", "--ignore-eos"]).stdout
         check(out.startswith("<|id:"), f"no tokenizer: {out!r}")
+
+        hostile_files(qwen2, a, tmp)
 
     if FAILURES:
         for failure in FAILURES:

@@ -163,8 +163,18 @@ class BlockSummaries {
       open_sum_[i] += k;
       means_[row + i] = static_cast<float>(open_sum_[i] * inverse_count);
       if (options_.channel_bounds) {
-        channel_min_[row + i] = std::min(channel_min_[row + i], k);
-        channel_max_[row + i] = std::max(channel_max_[row + i], k);
+        // NaN is sticky (std::min and std::max would drop it): a block holding a NaN key has
+        // NaN bounds, so its channel-bound score is NaN (ranked last) and certified bounds over
+        // it are NaN rather than a finite number that ignores the NaN position.
+        float& lo = channel_min_[row + i];
+        float& hi = channel_max_[row + i];
+        if (std::isnan(k)) {
+          lo = k;
+          hi = k;
+        } else if (!std::isnan(lo)) {  // lo and hi are NaN together
+          lo = std::min(lo, k);
+          hi = std::max(hi, k);
+        }
       }
     }
     if (options_.value_norms) {
@@ -178,7 +188,13 @@ class BlockSummaries {
       const float upper = static_cast<double>(norm) < std::sqrt(squared)
                               ? std::nextafter(norm, std::numeric_limits<float>::infinity())
                               : norm;
-      value_norm_max_.back() = std::max(value_norm_max_.back(), upper);
+      // NaN is sticky here too: a NaN value makes the block's norm bound NaN, not ignored.
+      float& block_max = value_norm_max_.back();
+      if (std::isnan(upper)) {
+        block_max = upper;
+      } else if (!std::isnan(block_max)) {
+        block_max = std::max(block_max, upper);
+      }
     }
     ++positions_;
   }

@@ -7,9 +7,11 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <vector>
@@ -36,9 +38,19 @@ struct KvHead {
 
 /// Per query head: what the operator read and the log-sum-exp over it. A caller who also has
 /// the dense lse L_all gets the omitted mass eps = -expm1(lse - L_all) with no second pass.
+///
+/// Numerics policy (docs/reliability.md): scores are folded with a running maximum, so finite
+/// scores of any size give finite, correct results. NaN or +-Inf in what the head read (q, or
+/// the keys and values of the positions read) and scores that overflow f32 make the output or
+/// lse NaN or Inf; the operator then sets `finite` to false instead of returning the number as
+/// if it were valid. An empty support (lse = -inf, zero output) is not an error: finite stays
+/// true. Positions a sparse operator did not read cannot affect its result (selection ranks NaN
+/// block scores last).
 struct HeadResult {
   float lse = -std::numeric_limits<float>::infinity();  ///< log sum_{j read} exp(s_j)
   std::int64_t positions_read = 0;
+  /// The head's output row and lse are finite numbers (lse = -inf allowed when nothing was read).
+  bool finite = true;
 };
 
 /// A decode-attention operator over KV views of type View.
@@ -127,10 +139,28 @@ void attend_support(const View& kv, std::span<const PositionRange> ranges,
   }
 }
 
+/// Whether a head's result is valid under the numerics policy (see HeadResult): every output
+/// element finite, and lse finite or -inf with nothing read. An element is NaN or +-Inf exactly
+/// when its exponent bits are all ones; OR-ing that test over the row is branch-free and
+/// vectorises (about 15-25 ns per head of 64, next to microseconds of attention).
+inline bool result_is_finite(std::span<const float> row, float lse, std::int64_t positions_read) {
+  constexpr std::uint32_t kExponent = 0x7f800000u;
+  std::uint32_t non_finite = 0;
+  for (const float x : row) {
+    non_finite |= static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(x) & kExponent) == kExponent);
+  }
+  const bool lse_ok = std::isfinite(lse) ||
+                      (positions_read == 0 && lse == -std::numeric_limits<float>::infinity());
+  return non_finite == 0 && lse_ok;
+}
+
 inline void finish(const DecodeWorkspace& ws, std::int64_t head, std::int64_t positions_read,
                    MatrixRef& out, std::span<HeadResult> results) {
-  ws.state.normalize(head, std::span(out.row(head).data(), static_cast<std::size_t>(out.cols())));
-  results[static_cast<std::size_t>(head)] = {ws.state.lse(head), positions_read};
+  const std::span<float> row(out.row(head).data(), static_cast<std::size_t>(out.cols()));
+  ws.state.normalize(head, row);
+  const float lse = ws.state.lse(head);
+  results[static_cast<std::size_t>(head)] = {lse, positions_read,
+                                             result_is_finite(row, lse, positions_read)};
 }
 
 }  // namespace detail

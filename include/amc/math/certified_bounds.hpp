@@ -69,6 +69,8 @@ inline void check_certified_inputs(const char* where, std::span<const float> que
 /// eps_bound from log U and L_S. L_S comes from an f32 operator, so it is lowered by its
 /// rounding allowance (lse_slack) first: the bound must hold for the exact L_S.
 inline double omitted_mass_bound_from_logs(double log_u, double lse_support) {
+  // NaN in (a bound on a NaN key) or NaN out: nothing is certified over NaN scores.
+  if (std::isnan(log_u) || std::isnan(lse_support)) return std::numeric_limits<double>::quiet_NaN();
   if (log_u == -std::numeric_limits<double>::infinity()) return 0.0;
   if (lse_support == -std::numeric_limits<double>::infinity()) return 1.0;
   const double lse_low = lse_support - lse_slack(lse_support);
@@ -115,7 +117,9 @@ inline CertifiedBounds certified_bounds(std::span<const float> query, double sca
     out.log_omitted_mass_upper = detail::log_add_exp(
         out.log_omitted_mass_upper, std::log(static_cast<double>(omitted)) +
                                         block_score_upper_bound(query, scale, summaries, b));
-    max_value_norm = std::max<double>(max_value_norm, value_norms[static_cast<std::size_t>(b)]);
+    // NaN-propagating max (std::max would drop a NaN norm, i.e. a NaN value left out).
+    const double norm = value_norms[static_cast<std::size_t>(b)];
+    if (!std::isnan(max_value_norm) && !(norm <= max_value_norm)) max_value_norm = norm;
   }
   out.omitted_mass_bound =
       detail::omitted_mass_bound_from_logs(out.log_omitted_mass_upper, lse_support);

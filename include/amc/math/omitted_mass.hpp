@@ -71,6 +71,9 @@ inline double checked_log_retained(double lse_support, double lse_all, const cha
 
 /// log(exp(a) + exp(b)) without overflow; either may be -inf, not both +inf.
 inline double log_add_exp(double a, double b) {
+  // NaN propagates: std::max and std::min would drop it, and a NaN term (a block's bound over
+  // a NaN key, a NaN score) would vanish from a sum it makes meaningless.
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
   const double hi = std::max(a, b);
   const double lo = std::min(a, b);
   if (lo == -std::numeric_limits<double>::infinity()) {

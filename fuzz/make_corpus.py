@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets into fuzz/corpus/<target>/ (Python 3 stdlib only).
+
+usage: fuzz/make_corpus.py SYNTHETIC_TOKENIZER_JSON
+
+SYNTHETIC_TOKENIZER_JSON is amc::qwen2::synthetic_tokenizer_json(260) written to a file (e.g.
+`amc-synth --out DIR --vocab 260 ...` writes it as DIR/tokenizer.json); the tokenizer seeds are
+it and variants of it in the other accepted tokenizer.json shapes. The safetensors seeds come
+from tests/tools/write_safetensors.py (the independent writer of the reader tests) and from
+the q/k/v layout amc-bounds reads. Seeds are small on purpose: libFuzzer mutates them, and
+small inputs run fast. Re-running rewrites the same files.
+"""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def out(target, name, data):
+    directory = os.path.join(HERE, "corpus", target)
+    os.makedirs(directory, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    with open(os.path.join(directory, name), "wb") as f:
+        f.write(data)
+
+
+def safetensors(tensors, metadata=None, pad=True):
+    """tensors: (name, dtype, shape, raw bytes) in data order."""
+    header, offset = {}, 0
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    if pad:
+        text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(raw for _, _, _, raw in tensors)
+
+
+def f32(values):
+    return struct.pack("<%df" % len(values), *values)
+
+
+def bf16(values):
+    return b"".join(struct.pack("<H", struct.unpack("<I", struct.pack("<f", v))[0] >> 16) for v in values)
+
+
+def f16(values):
+    return struct.pack("<%de" % len(values), *values)
+
+
+def qkv(hq, hkv, n, d, encode, dtype):
+    q = [((i * 7) % 11 - 5) / 4.0 for i in range(hq * d)]
+    k = [((i * 5) % 13 - 6) / 8.0 for i in range(hkv * n * d)]
+    v = [((i * 3) % 7 - 3) / 2.0 for i in range(hkv * n * d)]
+    return safetensors([("q", dtype, [hq, d], encode(q)), ("k", dtype, [hkv, n, d], encode(k)),
+                        ("v", dtype, [hkv, n, d], encode(v))])
+
+
+def safetensors_seeds():
+    writer = os.path.join(ROOT, "tests", "tools", "write_safetensors.py")
+    tmp_dir = tempfile.mkdtemp()
+    tmp = os.path.join(tmp_dir, "sample.safetensors")
+    for name, extra in (("python_sample_padded", []), ("python_sample_unpadded", ["--no-pad"])):
+        subprocess.run([sys.executable, writer, tmp] + extra, check=True)
+        with open(tmp, "rb") as f:
+            out("fuzz_safetensors", name, f.read())
+    os.remove(tmp)
+    os.rmdir(tmp_dir)
+    out("fuzz_safetensors", "empty_header", safetensors([]))
+    out("fuzz_safetensors", "metadata_only", safetensors([], {"format": "pt"}))
+    out("fuzz_safetensors", "zero_size_neighbours",
+        safetensors([("a", "U8", [0], b""), ("b", "I16", [2], struct.pack("<2h", -1, 7)),
+                     ("c", "F64", [0, 3], b""), ("d", "BOOL", [1], b"\x01"),
+                     ("e", "F8_E4M3", [2], b"\x38\xb8"), ("f", "U64", [], struct.pack("<Q", 9))]))
+    for target in ("fuzz_safetensors", "fuzz_bounds_input"):
+        out(target, "qkv_f32_2x1x5x4", qkv(2, 1, 5, 4, f32, "F32"))
+        out(target, "qkv_bf16_4x2x3x2", qkv(4, 2, 3, 2, bf16, "BF16"))
+        out(target, "qkv_f16_1x1x9x2", qkv(1, 1, 9, 2, f16, "F16"))
+    out("fuzz_bounds_input", "qkv_f32_1x1x1x1", qkv(1, 1, 1, 1, f32, "F32"))
+    out("fuzz_bounds_input", "qkv_mixed_dtypes",
+        safetensors([("k", "F16", [1, 2, 2], f16([1, 0, 0, 1])), ("q", "F32", [2, 2], f32([1, 2, 3, 4])),
+                     ("v", "BF16", [1, 2, 2], bf16([0.5, -1, 2, 4]))], {"note": "dumped"}))
+
+
+def config_seeds():
+    qwen2_05b = {
+        "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+        "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
+        "intermediate_size": 4864, "max_position_embeddings": 131072, "max_window_layers": 24,
+        "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24,
+        "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+        "sliding_window": 131072, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+        "transformers_version": "4.40.1", "use_cache": True, "use_sliding_window": False,
+        "vocab_size": 151936}
+    out("fuzz_config", "qwen2_0.5b.json", json.dumps(qwen2_05b, indent=2) + "\n")
+    resaved = dict(qwen2_05b, sliding_window=None, rope_scaling=None, eos_token_id=[151643, 151645],
+                   hidden_size=896.0)
+    out("fuzz_config", "resaved_nulls.json", json.dumps(resaved))
+    out("fuzz_config", "minimal.json", json.dumps(
+        {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "vocab_size": 260}))
+    out("fuzz_config", "synthetic.json", json.dumps(
+        {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
+         "num_key_value_heads": 2, "vocab_size": 1024, "max_position_embeddings": 4096,
+         "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "head_dim": 32,
+         "bos_token_id": None, "eos_token_id": 1021}))
+
+
+def tokenizer_seeds(base_path):
+    with open(base_path, encoding="utf-8") as f:
+        base_text = f.read()
+    base = json.loads(base_text)
+    out("fuzz_tokenizer_json", "synthetic_260.json", base_text)
+
+    pairs = json.loads(base_text)
+    pairs["model"]["merges"] = [m.split(" ") for m in pairs["model"]["merges"]]
+    pairs["model"]["ignore_merges"] = True
+    pairs["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFC"}]}
+    out("fuzz_tokenizer_json", "qwen3_style_pairs.json", json.dumps(pairs, ensure_ascii=False))
+
+    gpt2 = json.loads(base_text)
+    gpt2["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
+    gpt2["normalizer"] = None
+    gpt2["post_processor"] = None
+    gpt2["added_tokens"] = gpt2["added_tokens"][:1]
+    out("fuzz_tokenizer_json", "bytelevel_regex.json", json.dumps(gpt2, ensure_ascii=False))
+
+    literal = json.loads(base_text)
+    literal["pre_tokenizer"]["pretokenizers"].insert(0, {
+        "type": "Split", "pattern": {"String": "\n"}, "behavior": "Isolated", "invert": False})
+    out("fuzz_tokenizer_json", "split_string.json", json.dumps(literal, ensure_ascii=False))
+    assert base["model"]["type"] == "BPE"
+
+
+def text_seeds():
+    samples = {
+        "english.txt": "Hello world. The quick brown fox jumps over the lazy dog; they'll see.\n",
+        "code.txt": "int main(int argc, char** argv) {\n  return argc > 1 ? 0 : 1;\n}\n",
+        "digits.txt": "12345 3.14159 2024-06-01 0x7fff\n",
+        "chat.txt": "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<|endoftext|>",
+        "unicode.txt": "caf\u00e9 cafe\u0301 \u540d\u524d \u0928\u092e\u0938\u094d\u0924\u0947 "
+                       "\U0001F600\U0001F44D\U0001F3FD \u00c5ngstr\u00f6m \u212b",
+        "combining_after_special.txt": "<|endoftext|>\u0338 e\u0301<|im_end|>\u0301",
+        "whitespace.txt": "  a\t\tb \r\n\r\n   \n c   ",
+    }
+    for name, text in samples.items():
+        out("fuzz_tokenizer_encode", name, text)
+    out("fuzz_tokenizer_encode", "invalid_utf8.bin", b"ok \xc3\x28 \xed\xa0\x80 \xf4\x90\x80\x80 \xff")
+    out("fuzz_tokenizer_encode", "truncated_utf8.bin", b"abc \xe5\x90")
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.stderr.write(__doc__)
+        return 2
+    safetensors_seeds()
+    config_seeds()
+    tokenizer_seeds(sys.argv[1])
+    text_seeds()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
