@@ -37,8 +37,8 @@ void analyse(const amc::bounds::Inputs& in, amc::SelectionScope scope, amc::Scor
   BlockSparseDecode<> sparse(config);
   for (std::int64_t g = 0; g < in.kv_heads; ++g) {
     const KvView<float> kv(in.k.data() + g * n * d, in.v.data() + g * n * d, n, d);
-    const auto summaries = BlockSummaries::build(
-        kv, config.block_size, {.channel_bounds = true, .value_norms = true});
+    const auto summaries =
+        BlockSummaries::build(kv, config.block_size, {.channel_bounds = true, .value_norms = true});
     const KvHead<KvView<float>> head{kv, &summaries};
     const Eigen::Map<const RowMatrix> queries(in.q.data() + g * group * d, group, d);
     RowMatrix dense_out(group, d), sparse_out(group, d);

@@ -22,7 +22,8 @@ volatile std::uint8_t sink;  // keeps the reads below from being optimised away
 
 void touch(std::span<const std::byte> bytes) {
   std::uint8_t acc = 0;
-  for (const std::byte b : bytes) acc = static_cast<std::uint8_t>(acc ^ std::to_integer<std::uint8_t>(b));
+  for (const std::byte b : bytes)
+    acc = static_cast<std::uint8_t>(acc ^ std::to_integer<std::uint8_t>(b));
   sink = acc;
 }
 
@@ -40,21 +41,46 @@ void view(const amc::SafetensorsFile& file, const amc::TensorInfo& info) {
 void view_typed(const amc::SafetensorsFile& file, const amc::TensorInfo& info) {
   using amc::Dtype;
   switch (info.dtype) {
-    case Dtype::F32: view<float>(file, info); break;
-    case Dtype::F64: view<double>(file, info); break;
-    case Dtype::BF16: view<amc::bf16>(file, info); break;
-    case Dtype::F16: view<amc::f16>(file, info); break;
-    case Dtype::I8: view<std::int8_t>(file, info); break;
-    case Dtype::U8: view<std::uint8_t>(file, info); break;
-    case Dtype::I16: view<std::int16_t>(file, info); break;
-    case Dtype::U16: view<std::uint16_t>(file, info); break;
-    case Dtype::I32: view<std::int32_t>(file, info); break;
-    case Dtype::U32: view<std::uint32_t>(file, info); break;
-    case Dtype::I64: view<std::int64_t>(file, info); break;
-    case Dtype::U64: view<std::uint64_t>(file, info); break;
+    case Dtype::F32:
+      view<float>(file, info);
+      break;
+    case Dtype::F64:
+      view<double>(file, info);
+      break;
+    case Dtype::BF16:
+      view<amc::bf16>(file, info);
+      break;
+    case Dtype::F16:
+      view<amc::f16>(file, info);
+      break;
+    case Dtype::I8:
+      view<std::int8_t>(file, info);
+      break;
+    case Dtype::U8:
+      view<std::uint8_t>(file, info);
+      break;
+    case Dtype::I16:
+      view<std::int16_t>(file, info);
+      break;
+    case Dtype::U16:
+      view<std::uint16_t>(file, info);
+      break;
+    case Dtype::I32:
+      view<std::int32_t>(file, info);
+      break;
+    case Dtype::U32:
+      view<std::uint32_t>(file, info);
+      break;
+    case Dtype::I64:
+      view<std::int64_t>(file, info);
+      break;
+    case Dtype::U64:
+      view<std::uint64_t>(file, info);
+      break;
     case Dtype::BOOL:
     case Dtype::F8_E5M2:
-    case Dtype::F8_E4M3: break;
+    case Dtype::F8_E4M3:
+      break;
   }
   // A wrong type is always refused.
   if (info.dtype != Dtype::U8) {
@@ -117,7 +143,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       view_typed(file, info);
     }
     if (file.data_offset() + covered != size) std::abort();
-    for (const auto& [key, value] : file.metadata()) sink = static_cast<std::uint8_t>(key.size() + value.size());
+    for (const auto& [key, value] : file.metadata())
+      sink = static_cast<std::uint8_t>(key.size() + value.size());
     check_round_trip(file);
   } catch (const amc::error&) {
     // refused: the expected outcome for almost every mutation

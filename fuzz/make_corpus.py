@@ -4,8 +4,8 @@
 usage: fuzz/make_corpus.py SYNTHETIC_TOKENIZER_JSON
 
 SYNTHETIC_TOKENIZER_JSON is amc::qwen2::synthetic_tokenizer_json(260) written to a file (e.g.
-`amc-synth --out DIR --vocab 260 ...` writes it as DIR/tokenizer.json); the tokenizer seeds are
-it and variants of it in the other accepted tokenizer.json shapes. The safetensors seeds come
+`amc-synth --out DIR --tokenizer-vocab 260 ...` writes it as DIR/tokenizer.json); the tokenizer
+seeds are it and variants of it in the other accepted tokenizer.json shapes. The safetensors seeds come
 from tests/tools/write_safetensors.py (the independent writer of the reader tests) and from
 the q/k/v layout amc-bounds reads. Seeds are small on purpose: libFuzzer mutates them, and
 small inputs run fast. Re-running rewrites the same files.

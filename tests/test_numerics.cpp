@@ -22,15 +22,17 @@ const float kNaN = std::numeric_limits<float>::quiet_NaN();
 template <KvStorage T>
 struct Head {
   std::int64_t n = 0, d = 0;
-  std::vector<float> k, v;        // the inputs
-  std::vector<T> ks, vs;          // stored
-  std::vector<float> kf, vf;      // stored, as floats
+  std::vector<float> k, v;    // the inputs
+  std::vector<T> ks, vs;      // stored
+  std::vector<float> kf, vf;  // stored, as floats
 
   Head(std::int64_t positions, std::int64_t head_dim)
       : n(positions),
         d(head_dim),
-        k(test::random_floats(static_cast<std::size_t>(std::max<std::int64_t>(positions, 1) * head_dim))),
-        v(test::random_floats(static_cast<std::size_t>(std::max<std::int64_t>(positions, 1) * head_dim))) {
+        k(test::random_floats(
+            static_cast<std::size_t>(std::max<std::int64_t>(positions, 1) * head_dim))),
+        v(test::random_floats(
+            static_cast<std::size_t>(std::max<std::int64_t>(positions, 1) * head_dim))) {
     store();
   }
   void store() {
@@ -47,7 +49,9 @@ RowMatrix random_queries(std::int64_t heads, std::int64_t head_dim) {
   return Eigen::Map<const RowMatrix>(q.data(), heads, head_dim);
 }
 
-bool row_finite(const RowMatrix& m, Eigen::Index row) { return m.row(row).array().isFinite().all(); }
+bool row_finite(const RowMatrix& m, Eigen::Index row) {
+  return m.row(row).array().isFinite().all();
+}
 
 /// The reference over `positions` for head h; checks out/lse against it and that it is finite.
 template <KvStorage T>
@@ -92,12 +96,18 @@ enum class Poison { q_nan, q_inf, k_nan, k_inf, v_nan, v_inf };
 
 const char* name(Poison p) {
   switch (p) {
-    case Poison::q_nan: return "NaN in q";
-    case Poison::q_inf: return "+Inf in q";
-    case Poison::k_nan: return "NaN in k";
-    case Poison::k_inf: return "+Inf in k";
-    case Poison::v_nan: return "NaN in v";
-    case Poison::v_inf: return "+Inf in v";
+    case Poison::q_nan:
+      return "NaN in q";
+    case Poison::q_inf:
+      return "+Inf in q";
+    case Poison::k_nan:
+      return "NaN in k";
+    case Poison::k_inf:
+      return "+Inf in k";
+    case Poison::v_nan:
+      return "NaN in v";
+    case Poison::v_inf:
+      return "+Inf in v";
   }
   return "?";
 }
@@ -111,20 +121,32 @@ TEMPLATE_TEST_CASE("dense decode flags NaN and Inf in q, k and v; other heads st
   using T = TestType;
   const std::int64_t heads = 4, d = 64, n = 300, p = 137;  // p: the poisoned position
   const double scale = 1.0 / 8.0;
-  for (const Poison poison : {Poison::q_nan, Poison::q_inf, Poison::k_nan, Poison::k_inf,
-                              Poison::v_nan, Poison::v_inf}) {
+  for (const Poison poison :
+       {Poison::q_nan, Poison::q_inf, Poison::k_nan, Poison::k_inf, Poison::v_nan, Poison::v_inf}) {
     CAPTURE(test::storage_name<T>(), name(poison));
     Head<T> head(n, d);
     // Positive queries and keys, so +Inf in a key channel makes that score +Inf (not -Inf).
     RowMatrix queries = random_queries(heads, d).cwiseAbs();
     for (float& x : head.k) x = std::abs(x);
     switch (poison) {
-      case Poison::q_nan: queries(1, 5) = kNaN; break;
-      case Poison::q_inf: queries(1, 5) = kInf; break;
-      case Poison::k_nan: head.key(p, 7) = kNaN; break;
-      case Poison::k_inf: head.key(p, 7) = kInf; break;
-      case Poison::v_nan: head.value(p, 7) = kNaN; break;
-      case Poison::v_inf: head.value(p, 7) = kInf; break;
+      case Poison::q_nan:
+        queries(1, 5) = kNaN;
+        break;
+      case Poison::q_inf:
+        queries(1, 5) = kInf;
+        break;
+      case Poison::k_nan:
+        head.key(p, 7) = kNaN;
+        break;
+      case Poison::k_inf:
+        head.key(p, 7) = kInf;
+        break;
+      case Poison::v_nan:
+        head.value(p, 7) = kNaN;
+        break;
+      case Poison::v_inf:
+        head.value(p, 7) = kInf;
+        break;
     }
     head.store();
     const bool only_head_1 = poison == Poison::q_nan || poison == Poison::q_inf;
@@ -147,8 +169,9 @@ TEMPLATE_TEST_CASE("dense decode flags NaN and Inf in q, k and v; other heads st
   }
 }
 
-TEMPLATE_TEST_CASE("a score of -Inf weighs exactly zero; a key overflowing the dot product is flagged",
-                   "[numerics]", float, amc::bf16, amc::f16) {
+TEMPLATE_TEST_CASE(
+    "a score of -Inf weighs exactly zero; a key overflowing the dot product is flagged",
+    "[numerics]", float, amc::bf16, amc::f16) {
   using T = TestType;
   const std::int64_t d = 32, n = 200;
   Head<T> head(n, d);
@@ -195,7 +218,7 @@ TEMPLATE_TEST_CASE("block-sparse decode is flagged exactly when it reads a poiso
           RowMatrix queries = random_queries(heads, d).cwiseAbs();
           for (float& x : head.k) x = std::abs(x);
           float& target = poison == Poison::k_nan || poison == Poison::k_inf ? head.key(p, 4)
-                                                                            : head.value(p, 4);
+                                                                             : head.value(p, 4);
           target = poison == Poison::k_nan || poison == Poison::v_nan ? kNaN : kInf;
           head.store();
           const auto summaries = BlockSummaries::build(
@@ -266,7 +289,8 @@ TEMPLATE_TEST_CASE("scores far beyond exp's range give the exact softmax (runnin
     // (a) Scores around 200 (exp(200) overflows f32 by far) with unit gaps: a non-trivial
     //     softmax, exact in every storage type (small integers plus 200).
     Head<T> moderate(n, d);
-    for (std::int64_t j = 0; j < n; ++j) moderate.key(j, 0) = 200.0f - static_cast<float>((j * 7) % 9);
+    for (std::int64_t j = 0; j < n; ++j)
+      moderate.key(j, 0) = 200.0f - static_cast<float>((j * 7) % 9);
     moderate.store();
     DenseDecode dense(1.0f);
     RowMatrix out;
@@ -284,7 +308,9 @@ TEMPLATE_TEST_CASE("scores far beyond exp's range give the exact softmax (runnin
     Head<T> huge(n, d);
     const std::int64_t argmax = (n * 2) / 3;
     for (std::int64_t j = 0; j < n; ++j) {
-      huge.key(j, 0) = j == argmax ? top : (j % 2 == 0 ? -top : top / 4.0f) * (1.0f - 0.001f * static_cast<float>(j % 50));
+      huge.key(j, 0) = j == argmax ? top
+                                   : (j % 2 == 0 ? -top : top / 4.0f) *
+                                         (1.0f - 0.001f * static_cast<float>(j % 50));
     }
     huge.store();
     run(dense, queries, huge.view(), nullptr, out, results);
@@ -314,8 +340,8 @@ TEMPLATE_TEST_CASE("scores far beyond exp's range give the exact softmax (runnin
 
 // --- edge cases of the support ------------------------------------------------------------------
 
-TEMPLATE_TEST_CASE("all-equal scores give the mean of the values and lse = s + log n",
-                   "[numerics]", float, amc::bf16, amc::f16) {
+TEMPLATE_TEST_CASE("all-equal scores give the mean of the values and lse = s + log n", "[numerics]",
+                   float, amc::bf16, amc::f16) {
   using T = TestType;
   const std::int64_t d = 64;
   for (const std::int64_t n : {1, 2, 63, 64, 65, 1000}) {
@@ -331,7 +357,8 @@ TEMPLATE_TEST_CASE("all-equal scores give the mean of the values and lse = s + l
     RowMatrix out;
     std::vector<HeadResult> results;
     run(dense, queries, head.view(), nullptr, out, results);
-    for (Eigen::Index h = 0; h < 3; ++h) check_reference(head, queries, h, out, results[h], iota(n), 0.125, 2e-5);
+    for (Eigen::Index h = 0; h < 3; ++h)
+      check_reference(head, queries, h, out, results[h], iota(n), 0.125, 2e-5);
     REQUIRE(results[2].lse == Approx(std::log(static_cast<double>(n))).epsilon(1e-6));
 
     // Selection among equal block scores: ties go to the lower block index.
@@ -347,7 +374,8 @@ TEMPLATE_TEST_CASE("all-equal scores give the mean of the values and lse = s + l
     const auto selected = sparse.selected_blocks(2);
     REQUIRE(std::vector<std::int64_t>(selected.begin(), selected.end()) == first);
     for (Eigen::Index h = 0; h < 3; ++h)
-      check_reference(head, queries, h, out, results[h], sparse.support(h).positions(), 0.125, 2e-5);
+      check_reference(head, queries, h, out, results[h], sparse.support(h).positions(), 0.125,
+                      2e-5);
   }
 }
 
@@ -431,7 +459,8 @@ TEMPLATE_TEST_CASE("n < sinks + window and k > blocks: sparse reads everything, 
           } else {
             REQUIRE(results[h].lse == Approx(dense_results[h].lse).epsilon(1e-6));
             for (Eigen::Index i = 0; i < d; ++i)
-              REQUIRE(std::abs(out(h, i) - dense_out(h, i)) <= 1e-6f * (1.0f + std::abs(dense_out(h, i))));
+              REQUIRE(std::abs(out(h, i) - dense_out(h, i)) <=
+                      1e-6f * (1.0f + std::abs(dense_out(h, i))));
           }
         }
       }

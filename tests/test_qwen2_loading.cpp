@@ -188,9 +188,11 @@ TEST_CASE("config.json: every bad field is refused by name", "[qwen2][config]") 
   // A value nested a million deep: the message shows it cut short, with no recursion over it
   // (json::dump would overflow the stack).
   std::string deep = kQwen2Config;
-  deep.insert(1, "\"hidden_size\": " + std::string(1000000, '[') + std::string(1000000, ']') + ", ");
+  deep.insert(1, "\"hidden_size\": " + std::string(1000000, '[') + std::string(1000000, ']') +
+                     ", ");
   deep.erase(deep.find("\"hidden_size\": 896,"), 19);
-  REQUIRE_THROWS_WITH(parse_config(deep), AMC_CONTAINS("key 'hidden_size' must be an integer, got [[...]]"));
+  REQUIRE_THROWS_WITH(parse_config(deep),
+                      AMC_CONTAINS("key 'hidden_size' must be an integer, got [[...]]"));
   REQUIRE_THROWS_WITH(parse_config("[1, 2]"), AMC_CONTAINS("must be a JSON object"));
   nlohmann::json odd = nlohmann::json::parse(kQwen2Config);
   odd["hidden_size"] = 900;
@@ -371,7 +373,8 @@ TEST_CASE("synthetic checkpoints: same seed, same bytes; another seed, other wei
 
 // --- fuzzing regressions (fuzz/regressions/fuzz_config/) ---------------------------------------
 
-TEST_CASE("config.json: fuzz_config regressions are refused with amc::error", "[qwen2][config][fuzz]") {
+TEST_CASE("config.json: fuzz_config regressions are refused with amc::error",
+          "[qwen2][config][fuzz]") {
   // A number beyond double's range: nlohmann throws out_of_range (406), not parse_error, which
   // escaped parse_config as a non-amc exception. The input exactly as libFuzzer found it, then
   // minimised.
@@ -466,5 +469,40 @@ TEST_CASE("non-finite weights: decode flags the attention, generate refuses the 
     REQUIRE_THROWS_WITH(generate(session, std::vector<std::int32_t>{5, 6}, g),
                         AMC_CONTAINS("max_position_embeddings"));
     CHECK(session.positions() == 0);
+  }
+}
+
+TEST_CASE("weight matrices are used in place in the memory-mapped file, not copied",
+          "[qwen2][load]") {
+  std::ifstream maps("/proc/self/maps");
+  if (!maps) {
+    WARN("no /proc/self/maps: the mapping of the weights is not checked");
+    return;
+  }
+  TempDir root("mapped");
+  write_synthetic_checkpoint(root.path(), amc::qwen2::test::tiny_spec(amc::StorageType::bf16));
+  const Checkpoint checkpoint = Checkpoint::load(root.path());
+  // Address ranges of this process mapped from model.safetensors (read-only, file-backed).
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.size() < 17 || line.compare(line.size() - 17, 17, "model.safetensors") != 0) continue;
+    const std::size_t dash = line.find('-');
+    const std::size_t space = line.find(' ');
+    ranges.emplace_back(std::stoull(line.substr(0, dash), nullptr, 16),
+                        std::stoull(line.substr(dash + 1, space - dash - 1), nullptr, 16));
+  }
+  REQUIRE_FALSE(ranges.empty());
+  auto mapped = [&](const Matrix& m) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(m.data);
+    for (const auto& [lo, hi] : ranges) {
+      if (begin >= lo && begin + m.bytes() <= hi) return true;
+    }
+    return false;
+  };
+  const Weights& w = checkpoint.weights();
+  CHECK(mapped(w.embed));
+  CHECK(mapped(w.lm_head));  // tied: the embedding itself
+  for (const LayerWeights& l : w.layers) {
+    for (const Matrix* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) CHECK(mapped(*m));
   }
 }

@@ -628,7 +628,8 @@ TEST_CASE("tokenizer: normalizer Sequences nested deep are refused, not recursed
              AMC_CONTAINS("nests normalizer Sequences deeper than 16 levels"));
 }
 
-TEST_CASE("tokenizer: Split with a String pattern loads and splits literally", "[tokenizer][fuzz]") {
+TEST_CASE("tokenizer: Split with a String pattern loads and splits literally",
+          "[tokenizer][fuzz]") {
   // PCRE2_LITERAL refuses PCRE2_UCP ("invalid option bits"), so every {"String": ...} pattern
   // used to fail to compile and the file was refused. The input kept in fuzz/regressions/ puts
   // Split {"String": "."} in front of the steps of synthetic_tokenizer_json(300).

@@ -633,10 +633,14 @@ struct IdLimit {
     const auto model = root.find("model");
     if (model != root.end() && model->is_object()) {
       const auto vocab = model->find("vocab");
-      if (vocab != model->end() && vocab->is_object()) tokens += static_cast<std::int64_t>(vocab->size());
+      if (vocab != model->end() && vocab->is_object()) {
+        tokens += static_cast<std::int64_t>(vocab->size());
+      }
     }
     const auto added = root.find("added_tokens");
-    if (added != root.end() && added->is_array()) tokens += static_cast<std::int64_t>(added->size());
+    if (added != root.end() && added->is_array()) {
+      tokens += static_cast<std::int64_t>(added->size());
+    }
     limit = std::min(kMaxTokenId, 2 * tokens + kIdSlack);
   }
 

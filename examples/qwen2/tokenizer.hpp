@@ -19,7 +19,8 @@ namespace amc::qwen2 {
 /// cache of encoded words is internally locked).
 ///
 /// Accepted tokenizer.json structures (Qwen2, Qwen2.5, Qwen3): normalizer null, NFC or a
-/// Sequence of NFC; pre_tokenizer Split (behavior Isolated, Regex or String pattern) steps
+/// Sequence of NFC, nested at most 16 deep; pre_tokenizer Split (behavior Isolated, Regex or
+/// String pattern; a Regex may not use \C, which could cut a character) steps
 /// followed by ByteLevel (add_prefix_space false; use_regex true adds GPT-2's regex), alone or in
 /// a Sequence; model BPE without dropout, byte_fallback, subword prefix or suffix, all 256 byte
 /// tokens present, optional ignore_merges; added tokens without lstrip/rstrip/single_word, matched

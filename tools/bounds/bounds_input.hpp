@@ -38,12 +38,15 @@ inline std::string shape_string(const std::vector<std::int64_t>& shape) {
 inline Inputs load_inputs(const SafetensorsFile& file, const std::string& path) {
   auto tensor = [&](const char* name, std::size_t rank) -> const TensorInfo& {
     const TensorInfo* info = file.find(name);
-    if (info == nullptr) fail(path + ": missing tensor '" + name + "' (need q [Hq, d], k [Hkv, n, d], v [Hkv, n, d])");
+    if (info == nullptr)
+      fail(path + ": missing tensor '" + name + "' (need q [Hq, d], k [Hkv, n, d], v [Hkv, n, d])");
     if (info->shape.size() != rank) {
-      fail(path + ": tensor '" + name + "' has shape " + shape_string(info->shape) + ", expected rank " + std::to_string(rank));
+      fail(path + ": tensor '" + name + "' has shape " + shape_string(info->shape) +
+           ", expected rank " + std::to_string(rank));
     }
     if (info->dtype != Dtype::F32 && info->dtype != Dtype::BF16 && info->dtype != Dtype::F16) {
-      fail(path + ": tensor '" + name + "' has dtype " + std::string(to_string(info->dtype)) + ", expected F32, BF16 or F16");
+      fail(path + ": tensor '" + name + "' has dtype " + std::string(to_string(info->dtype)) +
+           ", expected F32, BF16 or F16");
     }
     return *info;
   };
@@ -55,20 +58,31 @@ inline Inputs load_inputs(const SafetensorsFile& file, const std::string& path) 
   in.head_dim = q.shape[1];
   in.kv_heads = k.shape[0];
   in.positions = k.shape[1];
-  if (k.shape != v.shape) fail("k " + shape_string(k.shape) + " and v " + shape_string(v.shape) + " must have the same shape");
-  if (k.shape[2] != in.head_dim) fail("k has head_dim " + std::to_string(k.shape[2]) + " but q has " + std::to_string(in.head_dim));
+  if (k.shape != v.shape)
+    fail("k " + shape_string(k.shape) + " and v " + shape_string(v.shape) +
+         " must have the same shape");
+  if (k.shape[2] != in.head_dim)
+    fail("k has head_dim " + std::to_string(k.shape[2]) + " but q has " +
+         std::to_string(in.head_dim));
   if (in.head_dim == 0) fail("head_dim is 0");
   if (in.positions == 0) fail("k and v hold n = 0 positions; nothing to analyse");
-  if (in.kv_heads == 0 || in.query_heads == 0) fail("q has " + std::to_string(in.query_heads) + " heads and k " + std::to_string(in.kv_heads) + "; both must be >= 1");
+  if (in.kv_heads == 0 || in.query_heads == 0)
+    fail("q has " + std::to_string(in.query_heads) + " heads and k " + std::to_string(in.kv_heads) +
+         "; both must be >= 1");
   if (in.query_heads % in.kv_heads != 0) {
-    fail("query heads (" + std::to_string(in.query_heads) + ") are not a multiple of KV heads (" + std::to_string(in.kv_heads) + ")");
+    fail("query heads (" + std::to_string(in.query_heads) + ") are not a multiple of KV heads (" +
+         std::to_string(in.kv_heads) + ")");
   }
   in.q = file.to_f32("q");
   in.k = file.to_f32("k");
   in.v = file.to_f32("v");
   for (const auto* values : {&in.q, &in.k, &in.v}) {
     if (!std::all_of(values->begin(), values->end(), [](float x) { return std::isfinite(x); })) {
-      fail(path + ": tensor '" + std::string(values == &in.q ? "q" : values == &in.k ? "k" : "v") + "' holds a non-finite value");
+      fail(path + ": tensor '" +
+           std::string(values == &in.q   ? "q"
+                       : values == &in.k ? "k"
+                                         : "v") +
+           "' holds a non-finite value");
     }
   }
   return in;

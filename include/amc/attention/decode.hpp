@@ -147,7 +147,8 @@ inline bool result_is_finite(std::span<const float> row, float lse, std::int64_t
   constexpr std::uint32_t kExponent = 0x7f800000u;
   std::uint32_t non_finite = 0;
   for (const float x : row) {
-    non_finite |= static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(x) & kExponent) == kExponent);
+    non_finite |=
+        static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(x) & kExponent) == kExponent);
   }
   const bool lse_ok = std::isfinite(lse) ||
                       (positions_read == 0 && lse == -std::numeric_limits<float>::infinity());
