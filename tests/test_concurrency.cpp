@@ -223,7 +223,9 @@ TEST_CASE("ThreadPool stress: many short sections, sleeps, exceptions, shared ca
       for (std::int64_t i = 0; i < 32; ++i)
         REQUIRE(slots[static_cast<std::size_t>(i)] == -call - i);
     }
-    REQUIRE(on_workers.load() > 0);
+    // Not required: on a loaded machine with more threads than cores the caller may finish
+    // every task before a worker is scheduled.
+    if (on_workers.load() == 0) WARN("the workers took no task: the machine is busy");
     // Exceptions from any index, every few calls; the pool stays usable and complete.
     int thrown = 0;
     const int throwing_calls = threads <= cores ? 300 : 60;
