@@ -86,6 +86,18 @@ Truth truth(const Case& c, const Support& support) {
   return {z_o / z_all, std::sqrt(err)};
 }
 
+// Runs the sparse step over `support` (the operator, f32) and returns what the summaries
+// certify about it, from the step's lse and output.
+CertifiedBounds bounds_of_sparse_step(const Case& c, const KvView<float>& kv,
+                                      const BlockSummaries& summaries, const Support& support) {
+  RowMatrix out(1, c.d);
+  std::vector<HeadResult> result(1);
+  decode_support(Eigen::Map<const RowMatrix>(c.query.data(), 1, c.d), kv, support,
+                 static_cast<float>(c.scale), out, result);
+  return certified_bounds(c.query, c.scale, summaries, support, result[0].lse,
+                          std::span<const float>(out.data(), static_cast<std::size_t>(c.d)));
+}
+
 }  // namespace
 
 TEST_CASE("certified omitted-mass and error bounds are never below the truth", "[certified]") {
@@ -108,13 +120,7 @@ TEST_CASE("certified omitted-mass and error bounds are never below the truth", "
     Support support;
     build_support(c.n, config, blocks, support);
 
-    RowMatrix out(1, c.d);
-    std::vector<HeadResult> result(1);
-    decode_support(Eigen::Map<const RowMatrix>(c.query.data(), 1, c.d), kv, support,
-                   static_cast<float>(c.scale), out, result);
-    const auto bounds =
-        certified_bounds(c.query, c.scale, summaries, support, result[0].lse,
-                         std::span<const float>(out.data(), static_cast<std::size_t>(c.d)));
+    const auto bounds = bounds_of_sparse_step(c, kv, summaries, support);
     const Truth t = truth(c, support);
     CAPTURE(trial, static_cast<int>(mode), c.n, c.d, c.block, t.eps, bounds.omitted_mass_bound,
             t.error, bounds.error_bound);
@@ -169,13 +175,7 @@ TEST_CASE("adaptive selection meets the target with the fewest best-first blocks
       fewer.erase(weakest);
       Support smaller;
       build_support(c.n, config, fewer, smaller);
-      RowMatrix out(1, c.d);
-      std::vector<HeadResult> result(1);
-      decode_support(Eigen::Map<const RowMatrix>(c.query.data(), 1, c.d), kv, smaller,
-                     static_cast<float>(c.scale), out, result);
-      const auto bounds =
-          certified_bounds(c.query, c.scale, summaries, smaller, result[0].lse,
-                           std::span<const float>(out.data(), static_cast<std::size_t>(c.d)));
+      const auto bounds = bounds_of_sparse_step(c, kv, summaries, smaller);
       REQUIRE(bounds.omitted_mass_bound > target * (1 - 1e-6));
     }
   }
