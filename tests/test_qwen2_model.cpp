@@ -433,3 +433,122 @@ TEST_CASE("the layer observer sees every layer's queries, outputs and supports",
   CHECK(layers == std::vector<std::int64_t>{0, 1});
   CHECK(masses == stats.retained_mass);
 }
+
+namespace {
+
+/// Decodes `tokens` one by one; returns every step's logits, concatenated.
+std::vector<float> decode_all(Session& session, const std::vector<std::int32_t>& tokens) {
+  const auto vocab = static_cast<std::size_t>(session.config().vocab_size);
+  std::vector<float> all, logits(vocab);
+  for (const std::int32_t t : tokens) {
+    session.decode(t, logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("truncate then decode equals decode on a fresh session with that prefix, bitwise",
+          "[qwen2]") {
+  TempDir dir("truncate");
+  write_synthetic_checkpoint(dir.path(), amc::qwen2::test::wide_spec(amc::StorageType::bf16));
+  const Checkpoint checkpoint = Checkpoint::load(dir.path());
+  const std::int64_t vocab = checkpoint.config().vocab_size;
+  const std::vector<std::int32_t> prompt = prompt_ids(61, vocab, 17);  // ends inside a block
+  const std::vector<std::int32_t> first = prompt_ids(9, vocab, 23);
+  const std::vector<std::int32_t> second = prompt_ids(7, vocab, 29);
+  amc::SparseConfig config;
+  config.block_size = 8;
+  config.top_k = 2;
+  config.sinks = 1;
+  config.window = 16;
+  for (const auto kv_dtype : {amc::StorageType::bf16, amc::StorageType::f32}) {
+    for (const bool sparse : {false, true}) {
+      SessionOptions o = sparse ? sparse_options(config, 2) : SessionOptions{};
+      o.kv_dtype = kv_dtype;
+      o.retained_mass = sparse;
+      INFO((sparse ? "sparse" : "dense") << ", kv " << amc::to_string(kv_dtype));
+      std::vector<float> logits(static_cast<std::size_t>(vocab));
+
+      Session shared(checkpoint, o);
+      shared.prefill(prompt, logits);
+      decode_all(shared, first);
+      // Back to the prefix, then a different continuation.
+      shared.truncate(61);
+      CHECK(shared.positions() == 61);
+      if (sparse) CHECK(shared.cache().summaries(1, 1)->positions() == 61);
+      const std::vector<float> after_truncate = decode_all(shared, second);
+      // Into the middle of what was decoded: keep the prefix and two tokens of `second`.
+      shared.truncate(63);
+      const std::vector<float> after_second_truncate = decode_all(shared, first);
+
+      Session fresh(checkpoint, o);
+      fresh.prefill(prompt, logits);
+      CHECK(decode_all(fresh, second) == after_truncate);
+      Session fresh2(checkpoint, o);
+      fresh2.prefill(prompt, logits);
+      decode_all(fresh2, {second[0], second[1]});
+      CHECK(decode_all(fresh2, first) == after_second_truncate);
+    }
+  }
+}
+
+TEST_CASE("set_decode switches decode attention without a new prefill", "[qwen2]") {
+  TempDir dir("set_decode");
+  write_synthetic_checkpoint(dir.path(), amc::qwen2::test::wide_spec(amc::StorageType::bf16));
+  const Checkpoint checkpoint = Checkpoint::load(dir.path());
+  const std::int64_t vocab = checkpoint.config().vocab_size;
+  const std::vector<std::int32_t> prompt = prompt_ids(75, vocab, 31);
+  const std::vector<std::int32_t> tokens = prompt_ids(6, vocab, 37);
+  std::vector<float> logits(static_cast<std::size_t>(vocab));
+  amc::SparseConfig mean;
+  mean.block_size = 8;
+  mean.top_k = 2;
+  mean.window = 16;
+  amc::SparseConfig bound = mean;
+  bound.score = amc::ScoreRule::channel_bound;
+  bound.block_size = 4;
+
+  auto reference = [&](const SessionOptions& o) {
+    Session s(checkpoint, o);
+    s.prefill(prompt, logits);
+    std::vector<float> steps = decode_all(s, tokens);
+    return std::pair(steps, s.decode(tokens[0], logits).retained_mass);
+  };
+  auto switched = [&](const SessionOptions& start, const SessionOptions& target) {
+    Session s(checkpoint, start);
+    s.prefill(prompt, logits);
+    s.set_decode(target.attention, target.sparse, target.retained_mass);
+    CHECK(s.options().attention == target.attention);
+    CHECK(s.options().retained_mass == target.retained_mass);
+    std::vector<float> steps = decode_all(s, tokens);
+    return std::pair(steps, s.decode(tokens[0], logits).retained_mass);
+  };
+  SessionOptions dense;
+  SessionOptions sparse_mean = sparse_options(mean);
+  sparse_mean.retained_mass = true;
+  SessionOptions sparse_bound = sparse_options(bound);
+  // Dense to sparse (the cache had no summaries: built from the cache), sparse to dense, mean
+  // to channel bound (another block size and channel bounds: rebuilt), each bitwise what a
+  // session created with the target options computes.
+  CHECK(switched(dense, sparse_mean) == reference(sparse_mean));
+  CHECK(switched(sparse_mean, dense) == reference(dense));
+  CHECK(switched(sparse_mean, sparse_bound) == reference(sparse_bound));
+
+  Session s(checkpoint, sparse_mean);
+  s.prefill(prompt, logits);
+  REQUIRE_THROWS_WITH(s.truncate(76), AMC_CONTAINS("amc::qwen2::Session::truncate"));
+  REQUIRE_THROWS_WITH(s.truncate(76), AMC_CONTAINS("positions must lie in [0, 75]"));
+  REQUIRE_THROWS_WITH(s.truncate(-1), AMC_CONTAINS("got -1"));
+  amc::SparseConfig bad = mean;
+  bad.block_size = 0;
+  REQUIRE_THROWS_WITH(s.set_decode(AttentionMode::sparse, bad, false),
+                      AMC_CONTAINS("block_size must be positive, got 0"));
+  // A refused switch changes nothing.
+  CHECK(s.options().sparse.block_size == 8);
+  CHECK(s.options().retained_mass);
+  CHECK(s.positions() == 75);
+  s.truncate(0);
+  CHECK(s.positions() == 0);
+}

@@ -114,6 +114,29 @@ void KvCache::clear() {
   for (BlockSummaries& s : summaries_) s.clear();
 }
 
+void KvCache::truncate(std::int64_t positions) {
+  AMC_CHECK(positions >= 0 && positions <= positions_, "amc::qwen2::KvCache::truncate",
+            "positions must lie in [0, ", positions_, "] (the positions held), got ", positions);
+  if (positions == positions_) return;
+  positions_ = positions;
+  // BlockSummaries has no truncation; a rebuild replays the same appends, so the result is
+  // bitwise what appending only the kept positions gives (O(positions * head_dim) per head).
+  if (!summaries_.empty()) rebuild_summaries();
+}
+
+void KvCache::set_summaries(std::int64_t block_size, SummaryOptions summaries) {
+  AMC_CHECK(block_size >= 0, "amc::qwen2::KvCache::set_summaries", "block_size must be >= 0, got ",
+            block_size);
+  options_.block_size = block_size;
+  options_.summaries = summaries;
+  summaries_.clear();
+  if (block_size == 0) return;
+  summaries_.assign(static_cast<std::size_t>(layers_ * kv_heads_),
+                    BlockSummaries(block_size, head_dim_, summaries));
+  for (BlockSummaries& s : summaries_) s.reserve(capacity_);
+  rebuild_summaries();
+}
+
 void KvCache::rebuild_summaries() {
   for (std::int64_t l = 0; l < layers_; ++l) {
     for (std::int64_t h = 0; h < kv_heads_; ++h) {

@@ -59,6 +59,13 @@ class KvCache {
 
   /// Forgets every position (keeps the allocation).
   void clear();
+  /// Keeps positions [0, positions) and forgets the rest (keeps the allocation), rebuilding the
+  /// summaries from the stored keys: they come out bitwise as if only those positions had
+  /// been appended. Throws amc::error unless 0 <= positions <= positions().
+  void truncate(std::int64_t positions);
+  /// Switches the summaries to `block_size` (0: keep none) and `summaries`, rebuilt from the
+  /// stored keys of every committed position. Throws amc::error for a negative block size.
+  void set_summaries(std::int64_t block_size, SummaryOptions summaries);
 
   /// Replaces the contents with `positions` random keys and values (standard normal, rounded
   /// to the storage type) and rebuilds the summaries: a long context for benchmarks, without

@@ -117,12 +117,7 @@ struct Session::Impl {
       inverse_frequency[static_cast<std::size_t>(i)] =
           std::pow(cfg.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
     }
-    if (o.attention == AttentionMode::sparse) {
-      sparse.assign(static_cast<std::size_t>(kv_heads), BlockSparseDecode<>(o.sparse));
-    }
-    if (o.attention == AttentionMode::dense || o.retained_mass) {
-      dense.assign(static_cast<std::size_t>(kv_heads), DenseDecode());
-    }
+    make_operators();
     auto size = [](std::vector<float>& b, std::int64_t n) {
       b.assign(static_cast<std::size_t>(n), 0.0f);
     };
@@ -159,6 +154,34 @@ struct Session::Impl {
   static int pool_threads(int requested) {
     const auto hardware = static_cast<int>(std::thread::hardware_concurrency());
     return hardware > 0 ? std::min(requested, hardware) : requested;
+  }
+
+  /// The decode operators the options call for, one per KV head.
+  void make_operators() {
+    sparse.clear();
+    dense.clear();
+    if (options.attention == AttentionMode::sparse) {
+      sparse.assign(static_cast<std::size_t>(kv_heads), BlockSparseDecode<>(options.sparse));
+    }
+    if (options.attention == AttentionMode::dense || options.retained_mass) {
+      dense.assign(static_cast<std::size_t>(kv_heads), DenseDecode());
+    }
+  }
+
+  void set_decode(AttentionMode attention, const SparseConfig& config, bool retained_mass) {
+    SessionOptions next = options;
+    next.attention = attention;
+    next.sparse = config;
+    next.retained_mass = retained_mass;
+    const KvCacheOptions wanted = cache_options(next);  // validates before anything changes
+    const KvCacheOptions& held = cache.options();
+    if (attention == AttentionMode::sparse &&
+        (held.block_size != wanted.block_size ||
+         (wanted.summaries.channel_bounds && !held.summaries.channel_bounds))) {
+      cache.set_summaries(wanted.block_size, wanted.summaries);
+    }
+    options = next;
+    make_operators();
   }
 
   static KvCacheOptions cache_options(const SessionOptions& o) {
@@ -512,6 +535,17 @@ const StepStats& Session::decode(std::int32_t token, std::span<float> logits) {
 }
 
 void Session::reset() { impl_->cache.clear(); }
+
+void Session::truncate(std::int64_t positions) {
+  AMC_CHECK(positions >= 0 && positions <= impl_->cache.positions(),
+            "amc::qwen2::Session::truncate", "positions must lie in [0, ", impl_->cache.positions(),
+            "] (the positions held), got ", positions);
+  impl_->cache.truncate(positions);
+}
+
+void Session::set_decode(AttentionMode attention, const SparseConfig& sparse, bool retained_mass) {
+  impl_->set_decode(attention, sparse, retained_mass);
+}
 
 void Session::fill_random_cache(std::int64_t positions, std::uint64_t seed) {
   impl_->cache.fill_random(positions, seed);

@@ -108,6 +108,17 @@ class Session {
 
   /// Forgets every position.
   void reset();
+  /// Keeps the first `positions` positions of the cache and forgets the rest, so one prefill
+  /// can be shared by several continuations: truncate(prefix length), then decode again. What
+  /// follows is bitwise what a fresh session holding only those positions would compute.
+  /// Throws amc::error unless 0 <= positions <= positions().
+  void truncate(std::int64_t positions);
+  /// Switches decode attention without a new prefill (the options' attention, sparse and
+  /// retained_mass fields), validated as the constructor validates them. Block summaries are
+  /// rebuilt from the cache when the new configuration needs a block size or channel bounds
+  /// the cache does not keep; otherwise the existing ones stay (dense decode keeps them
+  /// current, so switching back costs nothing). Throws amc::error on an invalid sparse config.
+  void set_decode(AttentionMode attention, const SparseConfig& sparse, bool retained_mass);
   /// Replaces the cache with `positions` random keys and values (benchmarks of long contexts).
   void fill_random_cache(std::int64_t positions, std::uint64_t seed);
 

@@ -1,0 +1,59 @@
+// What every amc-eval command starts from: the options they share, checked, and the model,
+// documents, prefix plan and support sizes they name.
+#pragma once
+
+#include <amc/attention/sparse_config.hpp>
+#include <amc/storage.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "documents.hpp"
+#include "qwen2/checkpoint.hpp"
+#include "run_log.hpp"
+#include "support_sizes.hpp"
+
+namespace amc::eval {
+
+struct CommonArguments {
+  std::string model;
+  std::vector<std::string> text_files;
+  std::vector<std::string> id_files;
+  std::vector<std::int64_t> contexts;
+  std::vector<std::int64_t> supports;
+  std::int64_t prefixes = 5;
+  std::int64_t tokens = 128;
+  std::int64_t block_size = 16;
+  std::int64_t sinks = 1;
+  std::int64_t window = 64;
+  std::string scope = "head";
+  std::string score = "mean";
+  std::string kv_dtype = "bf16";
+  int threads = 1;
+  std::string out;
+};
+
+struct Setup {
+  std::unique_ptr<qwen2::Checkpoint> checkpoint;  // sessions refer to it: it must not move
+  std::vector<Document> documents;
+  std::vector<ContextPlan> plans;
+  std::vector<SupportSize> supports;
+  SparseConfig sparse;  ///< block size, sinks, window, scope, score (top_k set per support)
+  StorageType kv_dtype = StorageType::bf16;
+  std::filesystem::path out;
+  /// One line per context: prefixes used of those requested, documents skipped as too short.
+  std::vector<std::string> prefix_notes;
+};
+
+/// Checks the options (cheap checks first: counts, support sizes), loads the model and the
+/// documents, plans the prefixes, checks that context + tokens fits the model, and creates the
+/// output directory. Throws amc::error with the line to print for every refusal.
+Setup prepare(const CommonArguments& a);
+
+/// The settings every run record of `a` carries (and --resume compares), paths made absolute.
+Json settings_json(const CommonArguments& a, const Setup& setup);
+
+}  // namespace amc::eval

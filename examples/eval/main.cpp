@@ -1,0 +1,130 @@
+// amc-eval: the evaluation harness of the paired fresh-selection protocol (THEORY.md section 7)
+// on a Qwen2 checkpoint through examples/qwen2.
+//
+//   amc-eval sweep --model DIR (--text FILE... | --ids FILE...) --contexts 2048,8192,16384
+//            --supports 97,193,385,769 [--prefixes 5] [--tokens 128]
+//            [--block-size 16 --sinks 1 --window 64 --scope head|group --score mean|bound|oracle]
+//            [--threads N] [--kv-dtype bf16|f32] --out DIR [--resume] [--dense-control]
+//   amc-eval mass  --model DIR (--text ... | --ids ...) --contexts ... --supports ...
+//            [--prefixes 5] [--tokens 16] [sparse options] --out DIR
+//   amc-eval retrieval --out DIR [--contexts 2048,8192 --block-sizes 8,16,32,64 --ks 2,8,20
+//            --depths ... --trials 64 --strength 6 ...]   (synthetic keys; no model)
+//
+// Results go to files in --out (see docs/reproduce.md), progress to stderr. Bad input: one line
+// on stderr, exit status 2.
+#include <CLI/CLI.hpp>
+#include <amc/error.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <iostream>
+#include <thread>
+
+#include "mass_probe.hpp"
+#include "retrieval_command.hpp"
+#include "sweep.hpp"
+
+namespace {
+
+using amc::eval::CommonArguments;
+
+/// The options every command takes.
+void add_common_options(CLI::App& command, CommonArguments& a, std::int64_t default_tokens) {
+  a.tokens = default_tokens;
+  a.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  command
+      .add_option("--model", a.model,
+                  "checkpoint directory (config.json, model.safetensors, "
+                  "tokenizer.json)")
+      ->required();
+  command
+      .add_option("--text", a.text_files,
+                  "documents as text files, encoded with the model's tokenizer")
+      ->expected(1, -1);
+  command
+      .add_option("--ids", a.id_files,
+                  "documents as token-id files (decimal ids separated by whitespace or "
+                  "commas)")
+      ->expected(1, -1);
+  command.add_option("--contexts", a.contexts, "context lengths (prefix tokens), comma-separated")
+      ->delimiter(',')
+      ->required();
+  command
+      .add_option("--supports", a.supports,
+                  "support sizes sinks + window + k * block size, comma-separated")
+      ->delimiter(',')
+      ->required();
+  command.add_option("--prefixes", a.prefixes, "prefixes (documents) per context")
+      ->capture_default_str();
+  command.add_option("--tokens", a.tokens, "tokens per continuation (T)")->capture_default_str();
+  command.add_option("--block-size", a.block_size, "positions per block")->capture_default_str();
+  command.add_option("--sinks", a.sinks, "first positions always kept")->capture_default_str();
+  command.add_option("--window", a.window, "last positions always kept")->capture_default_str();
+  command.add_option("--scope", a.scope, "selection per query head or per GQA group")
+      ->check(CLI::IsMember({"head", "group"}))
+      ->capture_default_str();
+  command.add_option("--score", a.score, "block scoring rule")
+      ->check(CLI::IsMember({"mean", "bound", "oracle"}))
+      ->capture_default_str();
+  command.add_option("--threads", a.threads, "threads (results do not depend on it)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  command.add_option("--kv-dtype", a.kv_dtype, "KV cache storage")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  command.add_option("--out", a.out, "output directory (created if missing)")->required();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "amc-eval: the paired fresh-selection evaluation of sparse decode attention on a "
+      "Qwen2 checkpoint (docs/reproduce.md)"};
+  app.require_subcommand(1);
+  // Each command sets `run` when it is chosen; main calls it after parsing.
+  std::function<int()> run;
+
+  amc::eval::SweepArguments sweep;
+  CLI::App* sweep_command = app.add_subcommand(
+      "sweep",
+      "the study protocol: dense reference, sparse greedy and teacher-forced runs per "
+      "context, prefix and support; runs.jsonl, summary.csv, summary.md, plots");
+  add_common_options(*sweep_command, sweep.common, 128);
+  sweep_command->add_flag("--resume", sweep.resume,
+                          "continue the runs recorded in OUT/runs.jsonl (same settings)");
+  sweep_command->add_flag("--dense-control", sweep.dense_control,
+                          "decode every support with dense attention: a control in which every "
+                          "run must match the reference exactly");
+  sweep_command->callback([&] { run = [&] { return amc::eval::run_sweep(sweep); }; });
+
+  amc::eval::MassArguments mass;
+  CLI::App* mass_command = app.add_subcommand(
+      "mass",
+      "retained mass vs support size per layer and head, on the dense model's decode "
+      "steps; mass.csv and plots");
+  add_common_options(*mass_command, mass.common, 16);
+  mass_command->callback([&] { run = [&] { return amc::eval::run_mass(mass); }; });
+
+  amc::eval::add_retrieval_command(app, run);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "amc-eval: %s\n", e.what());
+    return 2;
+  }
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::cout << std::flush;
+    std::fprintf(stderr, "amc-eval: %s\n", e.what());
+    return 2;
+  }
+}

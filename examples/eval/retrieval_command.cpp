@@ -1,0 +1,158 @@
+// The `retrieval` subcommand of amc-eval. See retrieval_command.hpp.
+#include "retrieval_command.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <vector>
+
+#include "amc/attention/sparse_config.hpp"
+#include "amc/error.hpp"
+
+namespace amc::eval {
+namespace {
+
+constexpr const char* kWhere = "retrieval";
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
+/// The whole of `text` as a number of type T, or an amc::error naming the flag.
+template <class T>
+T parse_number(std::string_view text, const char* flag) {
+  const std::string_view item = trim(text);
+  T value{};
+  const auto [end, status] = std::from_chars(item.data(), item.data() + item.size(), value);
+  if (item.empty() || status != std::errc{} || end != item.data() + item.size()) {
+    const char* kind = std::is_floating_point_v<T> ? "a number" : "an integer";
+    if (status == std::errc::result_out_of_range) kind = "a number in range";
+    detail::throw_error(kWhere, flag, ": expected ", kind, ", got '", std::string(text), "'");
+  }
+  return value;
+}
+
+/// Comma-separated items, each parsed by `parse`.
+template <class Parse>
+auto parse_list(const std::string& text, Parse parse) {
+  std::vector<decltype(parse(std::string_view{}))> values;
+  std::string_view rest = text;
+  while (true) {
+    const std::size_t comma = rest.find(',');
+    values.push_back(parse(rest.substr(0, comma)));
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return values;
+}
+
+ScoreRule parse_selector(std::string_view text) {
+  const std::string_view name = trim(text);
+  if (name == "mean") return ScoreRule::mean_pooled;
+  if (name == "bound") return ScoreRule::channel_bound;
+  if (name == "oracle") return ScoreRule::oracle;
+  detail::throw_error(kWhere, "--selectors: expected mean, bound or oracle, got '",
+                      std::string(text), "'");
+}
+
+}  // namespace
+
+RetrievalProbeOptions retrieval_options_from_flags(const RetrievalFlags& flags) {
+  RetrievalProbeOptions options;
+  auto integers = [](const char* flag) {
+    return [flag](std::string_view item) { return parse_number<std::int64_t>(item, flag); };
+  };
+  options.contexts = parse_list(flags.contexts, integers("--contexts"));
+  options.block_sizes = parse_list(flags.block_sizes, integers("--block-sizes"));
+  options.ks = parse_list(flags.ks, integers("--ks"));
+  options.depths = parse_list(
+      flags.depths, [](std::string_view item) { return parse_number<double>(item, "--depths"); });
+  options.selectors = parse_list(flags.selectors, parse_selector);
+  options.trials = parse_number<std::int64_t>(flags.trials, "--trials");
+  options.strength = parse_number<double>(flags.strength, "--strength");
+  options.seed = parse_number<std::uint64_t>(flags.seed, "--seed");
+  options.head_dim = parse_number<std::int64_t>(flags.head_dim, "--head-dim");
+  options.sinks = parse_number<std::int64_t>(flags.sinks, "--sinks");
+  options.window = parse_number<std::int64_t>(flags.window, "--window");
+  options.validate();
+  AMC_CHECK(!flags.out.empty(), kWhere, "--out: the output directory must not be empty");
+  return options;
+}
+
+void add_retrieval_command(CLI::App& app, std::function<int()>& run) {
+  CLI::App* command = app.add_subcommand(
+      "retrieval",
+      "retrieval probe on synthetic keys: is a needle key in the support of the mean, "
+      "channel-bound and oracle selectors, as block size and k vary (THEORY.md section 4)");
+  // Owned jointly by the App (through the callback) and by `run`, which outlives parsing.
+  auto flags = std::make_shared<RetrievalFlags>();
+  command->add_option("--contexts", flags->contexts, "context lengths, comma-separated")
+      ->type_name("INT,...")
+      ->capture_default_str();
+  command->add_option("--block-sizes", flags->block_sizes, "block sizes B, comma-separated")
+      ->type_name("INT,...")
+      ->capture_default_str();
+  command->add_option("--ks", flags->ks, "numbers of selected blocks k, comma-separated")
+      ->type_name("INT,...")
+      ->capture_default_str();
+  command
+      ->add_option("--depths", flags->depths,
+                   "needle depths in [0, 1): position floor(depth * context), comma-separated")
+      ->type_name("NUM,...")
+      ->capture_default_str();
+  command
+      ->add_option("--selectors", flags->selectors, "any of mean, bound, oracle, comma-separated")
+      ->type_name("NAME,...")
+      ->capture_default_str();
+  command->add_option("--trials", flags->trials, "needles per cell")
+      ->type_name("INT")
+      ->capture_default_str();
+  command
+      ->add_option("--strength", flags->strength,
+                   "needle score minus the largest distractor score (scores q.k/sqrt(d))")
+      ->type_name("NUM")
+      ->capture_default_str();
+  command->add_option("--seed", flags->seed, "random seed")
+      ->type_name("UINT")
+      ->capture_default_str();
+  command->add_option("--head-dim", flags->head_dim, "channels per key")
+      ->type_name("INT")
+      ->capture_default_str();
+  command->add_option("--sinks", flags->sinks, "first positions always kept")
+      ->type_name("INT")
+      ->capture_default_str();
+  command->add_option("--window", flags->window, "last positions always kept")
+      ->type_name("INT")
+      ->capture_default_str();
+  command->add_option("--out", flags->out, "output directory (created if missing)")
+      ->type_name("DIR")
+      ->required();
+  command->callback([flags, &run] {
+    run = [flags] {
+      const RetrievalProbeOptions options = retrieval_options_from_flags(*flags);
+      const auto start = std::chrono::steady_clock::now();
+      const std::vector<RetrievalProbeResult> rows = run_retrieval_probe(options);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const RetrievalOutputs outputs = write_retrieval_outputs(rows, flags->out);
+      std::printf("retrieval: %zu cells x %lld trials in %.2f s\n", rows.size(),
+                  static_cast<long long>(options.trials), seconds);
+      for (const auto& file : outputs.files) std::printf("wrote %s\n", file.string().c_str());
+      std::fflush(stdout);
+      for (const std::string& note : outputs.notes)
+        std::fprintf(stderr, "note: %s\n", note.c_str());
+      return 0;
+    };
+  });
+}
+
+}  // namespace amc::eval
