@@ -14,6 +14,7 @@
 #include <amc/amc.hpp>
 #include <amc/io/safetensors.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -38,21 +39,54 @@ namespace {
 using amc::qwen2::GeneratedToken;
 using amc::qwen2::GenerationResult;
 
-/// The demo's default prompt: long enough (about 250 tokens with Qwen2's tokenizer, more with
-/// the synthetic one) that the context outgrows the default sparse support of 193 positions.
-constexpr const char* kDemoPrompt =
-    "The lighthouse keeper kept a logbook of everything that happened on the island. On Monday "
-    "the wind came from the north and the boats stayed in the harbour. On Tuesday a crate of "
-    "lamp oil arrived, together with a letter from the harbour master asking for the count of "
-    "ships that had passed in the last month. The keeper counted thirty-one ships, eleven of "
-    "them fishing boats, and wrote the number carefully in the margin. On Wednesday the fog was "
-    "so thick that the lamp burned all day, and the keeper climbed the one hundred and twelve "
-    "steps of the tower four times to trim the wick. On Thursday his sister wrote that she would "
-    "visit in the spring, bringing seeds for the garden behind the cottage: carrots, beans and "
-    "the blue flowers their mother had liked. On Friday a storm broke two panes of the lantern "
-    "room, and he repaired them with the spare glass kept in the cellar. On Saturday the "
-    "harbour master replied, thanking him for the count of ships. The keeper opened the logbook "
-    "and, before the light faded, wrote down what he would do on Sunday:";
+/// The demo's default prompt, Python code (what data/qwen2-tiny, the demo's default model, was
+/// trained on; Qwen2-0.5B continues it too): about 250 tokens with Qwen2's tokenizer and 900
+/// with the tiny model's byte-level one, so the context outgrows the default sparse support of
+/// 193 positions. Names defined early are used again at the end, so a continuation that stays
+/// on track has to attend back to them.
+constexpr const char* kDemoPrompt = R"(import collections
+
+
+class LineCounter:
+    """Counts the lines of text files, by extension."""
+
+    def __init__(self, extensions):
+        self.extensions = tuple(extensions)
+        self.counts = collections.Counter()
+        self.skipped = []
+
+    def add_file(self, path):
+        if not path.endswith(self.extensions):
+            self.skipped.append(path)
+            return 0
+        with open(path, encoding="utf-8") as f:
+            lines = sum(1 for _ in f)
+        extension = path.rsplit(".", 1)[-1]
+        self.counts[extension] += lines
+        return lines
+
+    def total(self):
+        return sum(self.counts.values())
+
+    def report(self):
+        for extension, lines in self.counts.most_common():
+            print(f"{extension}: {lines} lines")
+        if self.skipped:
+            print(f"skipped {len(self.skipped)} files")
+
+
+def count_lines(paths, extensions=(".py", ".txt")):
+    counter = LineCounter(extensions)
+    for path in paths:
+        counter.add_file(path)
+    counter.report()
+    return counter.total()
+
+
+def most_common_extension(paths, extensions=(".py", ".txt")):
+    counter = LineCounter(extensions)
+    for path in paths:
+)";
 
 struct Arguments {
   std::string model;
@@ -224,16 +258,58 @@ int run_generate(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
   return 0;
 }
 
-/// Whether config.json marks the checkpoint as written by amc-synth.
-bool synthetic(const std::filesystem::path& dir) {
+/// What config.json says about where the checkpoint came from: the note for a checkpoint that
+/// amc-synth wrote (random weights) or its "amc_description" (data/qwen2-tiny has one); empty
+/// for any other checkpoint, e.g. Qwen2-0.5B.
+std::string provenance(const std::filesystem::path& dir) {
   try {
     std::ifstream in(dir / "config.json");
     const nlohmann::json config = nlohmann::json::parse(in);
-    return config.value("amc_synthetic", false);
+    if (config.value("amc_synthetic", false)) {
+      return "a synthetic checkpoint (amc-synth): random weights, so the text means nothing; what "
+             "to watch is where dense and sparse decoding part and how much softmax mass the "
+             "sparse supports kept";
+    }
+    return config.value("amc_description", std::string());
   } catch (const std::exception&) {
-    return false;  // already loaded once: a failure here only loses the remark
+    return "";  // already loaded once: a failure here only loses the remark
   }
 }
+
+/// Retained mass exp(L_S - L_all) per layer over a sparse generation, from the Session's
+/// on_layer hook (which sees the sparse and the dense lse of every head when retained_mass is
+/// on): the mean and the minimum over decode steps and query heads.
+class RetainedMassPerLayer {
+ public:
+  explicit RetainedMassPerLayer(std::int64_t layers)
+      : sum_(static_cast<std::size_t>(layers)),
+        min_(static_cast<std::size_t>(layers), 1.0),
+        count_(static_cast<std::size_t>(layers)) {}
+
+  void add(const amc::qwen2::LayerAttention& a) {
+    const auto layer = static_cast<std::size_t>(a.layer);
+    for (std::size_t h = 0; h < a.results.size() && h < a.dense_results.size(); ++h) {
+      const double mass = std::exp(static_cast<double>(a.results[h].lse) -
+                                   static_cast<double>(a.dense_results[h].lse));
+      sum_[layer] += mass;
+      min_[layer] = std::min(min_[layer], mass);
+      ++count_[layer];
+    }
+  }
+
+  void print() const {
+    std::printf("retained mass per layer (mean and minimum over decode steps and heads):\n");
+    for (std::size_t l = 0; l < sum_.size(); ++l) {
+      if (count_[l] == 0) continue;
+      std::printf("  layer %2zu: mean %.4f, min %.4f\n", l,
+                  sum_[l] / static_cast<double>(count_[l]), min_[l]);
+    }
+  }
+
+ private:
+  std::vector<double> sum_, min_;
+  std::vector<std::int64_t> count_;
+};
 
 int run_demo(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
              const amc::qwen2::Tokenizer* tokenizer, const std::vector<std::int32_t>& prompt) {
@@ -243,11 +319,8 @@ int run_demo(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
       checkpoint.directory().string().c_str(), static_cast<long long>(c.num_hidden_layers),
       static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_attention_heads),
       static_cast<long long>(c.num_key_value_heads));
-  if (synthetic(checkpoint.directory())) {
-    std::printf(
-        "a synthetic checkpoint (amc-synth): random weights, so the text means nothing; "
-        "what to watch is where dense and sparse decoding part and how much softmax "
-        "mass the sparse supports kept\n");
+  if (const std::string note = provenance(checkpoint.directory()); !note.empty()) {
+    std::printf("%s\n", note.c_str());
   }
   std::printf("prompt: %zu tokens; greedy generation of up to %lld tokens, dense then sparse\n",
               prompt.size(), static_cast<long long>(a.tokens));
@@ -256,10 +329,15 @@ int run_demo(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
   g.stop_token = a.ignore_eos ? -1 : c.eos_token_id;
 
   GenerationResult results[2];
+  RetainedMassPerLayer mass_per_layer(c.num_hidden_layers);
   for (int sparse = 0; sparse < 2; ++sparse) {
     Arguments run = a;
     run.retained_mass = sparse == 1;  // the dense run keeps all mass by definition
-    amc::qwen2::Session session(checkpoint, session_options(run, sparse == 1));
+    amc::qwen2::SessionOptions options = session_options(run, sparse == 1);
+    if (sparse == 1) {
+      options.on_layer = [&](const amc::qwen2::LayerAttention& l) { mass_per_layer.add(l); };
+    }
+    amc::qwen2::Session session(checkpoint, options);
     if (sparse == 1) {
       std::printf("\nsparse decoding: %s; dense prefill\n",
                   describe(session.options().sparse).c_str());
@@ -305,6 +383,7 @@ int run_demo(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
       "sparse decoding kept at least %.4f of the softmax mass in every layer and head "
       "(lowest at step %zu)\n",
       static_cast<double>(min_mass), worst);
+  mass_per_layer.print();
   std::printf("decode tokens/s: dense %.2f, sparse %.2f\n", results[0].decode_tokens_per_s(),
               results[1].decode_tokens_per_s());
   return 0;

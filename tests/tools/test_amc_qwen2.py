@@ -13,6 +13,7 @@ usage: test_amc_qwen2.py PATH/TO/amc-synth PATH/TO/amc-qwen2
 
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -210,8 +211,12 @@ def main():
         # The demo.
         demo = run([qwen2, "--model", a, "--demo", "-n", "24"]).stdout
         for words in ("dense decoding:", "sparse decoding: block 16, top-k 8", "decode tokens/s: dense",
-                      "of the softmax mass"):
+                      "of the softmax mass", "retained mass per layer", "layer  0: mean"):
             check(words in demo, f"--demo output lacks {words!r}: {demo}")
+        layer_lines = re.findall(r"layer +\d+: mean ([0-9.]+), min ([0-9.]+)", demo)
+        check(len(layer_lines) == 2, f"--demo should list retained mass for 2 layers: {demo}")
+        check(all(0 < float(lo) <= float(mean) <= 1.0 for mean, lo in layer_lines),
+              f"per-layer retained mass out of order or range: {layer_lines}")
 
         # Bad input: exit 2, one line on stderr.
         check_usage_error([qwen2, "--model", os.path.join(tmp, "nowhere"), "--prompt", "x"], ["not a directory"])
