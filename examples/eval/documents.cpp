@@ -46,8 +46,10 @@ std::vector<std::int32_t> parse_id_text(const std::string& text, const std::stri
                           return c >= '0' && c <= '9';
                         });
     if (!digits) {
+      // A long entry (a binary file, a text file given as --ids) is quoted by its start only.
       refuse(path, ":", line, ":", column, ": '", entry.substr(0, 40),
-             "' is not a decimal token id (ids are separated by whitespace or commas)");
+             entry.size() > 40 ? "...'" : "'",
+             " is not a decimal token id (ids are separated by whitespace or commas)");
     }
     const long long id = std::stoll(entry);
     if (id >= vocab) {

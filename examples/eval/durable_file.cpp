@@ -25,13 +25,19 @@ void write_all(int fd, std::string_view bytes, const std::filesystem::path& path
       if (errno == EINTR) continue;
       fail(path, "write");
     }
+    // write() returning 0 for a non-empty buffer makes no progress; treat it as the error it
+    // is (ENOSPC-like) rather than loop forever.
+    if (n == 0) {
+      errno = ENOSPC;
+      fail(path, "write");
+    }
     bytes.remove_prefix(static_cast<std::size_t>(n));
   }
 }
 
 void sync_directory(const std::filesystem::path& file) {
   const std::filesystem::path dir = file.has_parent_path() ? file.parent_path() : ".";
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;  // best effort: some file systems refuse to open directories
   ::fsync(fd);
   ::close(fd);
@@ -47,17 +53,20 @@ void rename_durably(const std::filesystem::path& from, const std::filesystem::pa
 void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
   std::filesystem::path temporary = path;
   temporary += ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(temporary, "create");
   try {
     write_all(fd, content, temporary);
     if (::fsync(fd) != 0) fail(temporary, "flush");
+    if (::close(std::exchange(fd, -1)) != 0) fail(temporary, "close");
+    rename_durably(temporary, path);
   } catch (...) {
-    ::close(fd);
+    if (fd >= 0) ::close(fd);
+    // A failed write (a full disk) leaves the old PATH as it was and no PATH.tmp beside it.
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
     throw;
   }
-  if (::close(fd) != 0) fail(temporary, "close");
-  rename_durably(temporary, path);
 }
 
 AppendFile::AppendFile(const std::filesystem::path& path) : path_(path) {

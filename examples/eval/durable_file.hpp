@@ -10,7 +10,8 @@
 namespace amc::eval {
 
 /// Replaces `path` with `content` atomically: PATH.tmp is written, fsynced and renamed over
-/// PATH, then the directory is fsynced. Throws amc::error naming the file on failure.
+/// PATH, then the directory is fsynced. Throws amc::error naming the file on failure, leaving
+/// PATH as it was and removing PATH.tmp.
 void write_file_atomically(const std::filesystem::path& path, std::string_view content);
 
 /// Renames `from` over `to` and fsyncs the directory of `to`.

@@ -5,12 +5,48 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
+#include <system_error>
 
 #include "durable_file.hpp"
+#include "text.hpp"
 
 namespace amc::eval {
+namespace {
+
+/// Runs `gnuplot -e "output_suffix='.tmp'" SCRIPT` in `dir`, its messages going to the job's
+/// log there. Returns an empty string when it succeeded, otherwise what went wrong.
+std::string run_gnuplot(const std::filesystem::path& gnuplot, const std::filesystem::path& dir,
+                        const PlotJob& job) {
+  const std::filesystem::path log = dir / job.log_name;
+  const pid_t pid = ::fork();
+  if (pid < 0) return std::string("cannot start it: ") + std::strerror(errno);
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec.
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+      ::close(fd);
+    }
+    if (::chdir(dir.c_str()) != 0) ::_exit(127);
+    ::execl(gnuplot.c_str(), "gnuplot", "-e", "output_suffix='.tmp'", job.script_name.c_str(),
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return std::string("cannot wait for it: ") + std::strerror(errno);
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return {};
+  return WIFEXITED(status) ? format("exit status %d", WEXITSTATUS(status))
+                           : format("killed by signal %d", WTERMSIG(status));
+}
+
+}  // namespace
 
 std::optional<std::filesystem::path> find_gnuplot() {
   const char* path = std::getenv("PATH");
@@ -28,6 +64,7 @@ std::optional<std::filesystem::path> find_gnuplot() {
 std::string gnuplot_preamble() {
   return "# Written by amc-eval; run `gnuplot <this file>` in this directory to redraw.\n"
          "png_terminal = strstrt(GPVAL_TERMINALS, 'pngcairo') > 0 ? 'pngcairo' : 'png'\n"
+         "if (!exists(\"output_suffix\")) output_suffix = ''\n"
          "set encoding utf8\n"
          "set grid\n"
          "set key outside right top\n";
@@ -43,14 +80,15 @@ std::string gnuplot_string(const std::string& text) {
 }
 
 std::string gnuplot_both_formats(const std::string& name, const std::string& plot_commands,
-                                 int width, int height) {
+                                 int width, int height, const std::string& terminal_options) {
   std::ostringstream s;
-  const std::string size = std::to_string(width) + "," + std::to_string(height);
-  s << "eval 'set terminal ' . png_terminal . ' size " << size << " noenhanced'\n"
-    << "set output " << gnuplot_string(name + ".png.tmp") << "\n"
+  const std::string size = std::to_string(width) + "," + std::to_string(height) + " noenhanced" +
+                           (terminal_options.empty() ? "" : " " + terminal_options);
+  s << "eval 'set terminal ' . png_terminal . ' size " << size << "'\n"
+    << "set output " << gnuplot_string(name + ".png") << " . output_suffix\n"
     << plot_commands << "\nunset multiplot\nset output\n"
-    << "set terminal svg size " << size << " noenhanced\n"
-    << "set output " << gnuplot_string(name + ".svg.tmp") << "\n"
+    << "set terminal svg size " << size << "\n"
+    << "set output " << gnuplot_string(name + ".svg") << " . output_suffix\n"
     << plot_commands << "\nunset multiplot\nset output\n";
   return s.str();
 }
@@ -66,39 +104,27 @@ PlotResult draw_plots(const std::filesystem::path& dir, const PlotJob& job) {
                 job.script_name + " are written; run `gnuplot " + job.script_name +
                 "` in this directory to draw them."};
   }
-  const std::filesystem::path log = dir / "gnuplot.log";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // Child: only async-signal-safe calls until exec.
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-    }
-    if (::chdir(dir.c_str()) != 0) ::_exit(127);
-    ::execl(gnuplot->c_str(), "gnuplot", job.script_name.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  int status = 0;
-  const bool ran =
-      pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  const std::string failure = run_gnuplot(*gnuplot, dir, job);
   std::string drawn;
   for (const std::string& image : job.images) {
     std::filesystem::path temporary = dir / image;
     temporary += ".tmp";
     std::error_code missing;
-    if (ran && std::filesystem::exists(temporary, missing)) {
+    if (failure.empty() && std::filesystem::exists(temporary, missing)) {
       rename_durably(temporary, dir / image);
       drawn += (drawn.empty() ? "" : ", ") + image;
     } else {
       std::filesystem::remove(temporary, missing);
     }
   }
-  if (!ran) {
-    return {false,
-            "Not drawn: gnuplot failed (see gnuplot.log in this directory); the data "
-            "files and " +
-                job.script_name + " are written."};
+  if (!failure.empty()) {
+    return {false, "Not drawn: gnuplot failed (" + failure + "; see " + job.log_name +
+                       " in this directory); the data files and " + job.script_name +
+                       " are written."};
+  }
+  std::error_code ignored;
+  if (std::filesystem::file_size(dir / job.log_name, ignored) == 0) {
+    std::filesystem::remove(dir / job.log_name, ignored);  // nothing to read in it
   }
   return {true, "Drawn with gnuplot from " + job.script_name + ": " + drawn + "."};
 }

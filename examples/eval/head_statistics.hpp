@@ -23,7 +23,7 @@ struct HeadStatistics {
   // |selected blocks ∩ oracle's top-k blocks| / |oracle's top-k|; 1 when the oracle has no
   // block to choose (sinks and window cover the context).
   std::vector<double> recall_sum, recall_min;
-  /// Observations per entry (steps times 1; 0 when nothing was observed).
+  /// Steps observed per entry: `steps`, less the steps where the head's result was not finite.
   std::vector<std::int64_t> count;
 
   void reset(std::int64_t layers_, std::int64_t heads_) {

@@ -4,9 +4,15 @@
 #include <amc/attention/decode.hpp>
 #include <amc/math/omitted_mass.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "durable_file.hpp"
 #include "gnuplot.hpp"
@@ -14,6 +20,7 @@
 #include "progress.hpp"
 #include "qwen2/model.hpp"
 #include "refuse.hpp"
+#include "text.hpp"
 
 namespace amc::eval {
 namespace {
@@ -91,11 +98,7 @@ class MassProbe {
   std::vector<MassTable> tables_;               // [supports]
 };
 
-std::string number(double x) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.9g", x);
-  return text;
-}
+std::string number(double x) { return format("%.9g", x); }
 
 /// What the command writes: mass.csv, the overview printed on stdout, the plot data.
 struct MassOutputs {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <amc/attention/sparse_config.hpp>
+#include <amc/storage.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -53,7 +54,7 @@ struct PairedRunOptions {
   bool dense_control = false;
 };
 
-/// Called during a run with what it is doing and how far it got (steps out of steps_total).
+/// Called during a run with what it is doing and how far it got (`step` of `total` steps).
 using StepCallback = std::function<void(const char* stage, std::int64_t step, std::int64_t total)>;
 
 class PairedRunner {

@@ -4,22 +4,19 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
+
+#include "text.hpp"
 
 namespace amc::eval {
 namespace {
 
 std::string duration(double seconds) {
-  const auto s = static_cast<long long>(seconds + 0.5);
-  char text[32];
-  if (s >= 3600) {
-    std::snprintf(text, sizeof text, "%lldh%02lldm", s / 3600, s / 60 % 60);
-  } else if (s >= 60) {
-    std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
-  } else {
-    std::snprintf(text, sizeof text, "%llds", s);
-  }
-  return text;
+  const long long s = std::llround(seconds);
+  if (s >= 3600) return format("%lldh%02lldm", s / 3600, s / 60 % 60);
+  if (s >= 60) return format("%lldm%02llds", s / 60, s % 60);
+  return format("%llds", s);
 }
 
 }  // namespace
@@ -42,11 +39,9 @@ void Progress::draw() {
   std::string bar(static_cast<std::size_t>(filled), '#');
   bar.resize(width, '.');
   const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
-  char line[1024];
-  std::snprintf(line, sizeof line, "[%s] %lld/%lld runs | %s, %s | %s | %s", bar.c_str(),
-                static_cast<long long>(done_), static_cast<long long>(total_),
-                duration(elapsed).c_str(), eta().c_str(), run_.c_str(), stage_.c_str());
-  std::string text = line;
+  std::string text = format("[%s] %lld/%lld runs | %s, %s | %s | %s", bar.c_str(),
+                            static_cast<long long>(done_), static_cast<long long>(total_),
+                            duration(elapsed).c_str(), eta().c_str(), run_.c_str(), stage_.c_str());
   // A line wider than the terminal would wrap, and \r would then redraw only its last part.
   winsize size{};
   if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 1 &&

@@ -15,6 +15,7 @@
 
 #include "amc/attention/sparse_config.hpp"
 #include "amc/error.hpp"
+#include "retrieval_report.hpp"
 
 namespace amc::eval {
 namespace {
@@ -95,44 +96,24 @@ void add_retrieval_command(CLI::App& app, std::function<int()>& run) {
       "channel-bound and oracle selectors, as block size and k vary (THEORY.md section 4)");
   // Owned jointly by the App (through the callback) and by `run`, which outlives parsing.
   auto flags = std::make_shared<RetrievalFlags>();
-  command->add_option("--contexts", flags->contexts, "context lengths, comma-separated")
-      ->type_name("INT,...")
-      ->capture_default_str();
-  command->add_option("--block-sizes", flags->block_sizes, "block sizes B, comma-separated")
-      ->type_name("INT,...")
-      ->capture_default_str();
-  command->add_option("--ks", flags->ks, "numbers of selected blocks k, comma-separated")
-      ->type_name("INT,...")
-      ->capture_default_str();
-  command
-      ->add_option("--depths", flags->depths,
-                   "needle depths in [0, 1): position floor(depth * context), comma-separated")
-      ->type_name("NUM,...")
-      ->capture_default_str();
-  command
-      ->add_option("--selectors", flags->selectors, "any of mean, bound, oracle, comma-separated")
-      ->type_name("NAME,...")
-      ->capture_default_str();
-  command->add_option("--trials", flags->trials, "needles per cell")
-      ->type_name("INT")
-      ->capture_default_str();
-  command
-      ->add_option("--strength", flags->strength,
-                   "needle score minus the largest distractor score (scores q.k/sqrt(d))")
-      ->type_name("NUM")
-      ->capture_default_str();
-  command->add_option("--seed", flags->seed, "random seed")
-      ->type_name("UINT")
-      ->capture_default_str();
-  command->add_option("--head-dim", flags->head_dim, "channels per key")
-      ->type_name("INT")
-      ->capture_default_str();
-  command->add_option("--sinks", flags->sinks, "first positions always kept")
-      ->type_name("INT")
-      ->capture_default_str();
-  command->add_option("--window", flags->window, "last positions always kept")
-      ->type_name("INT")
-      ->capture_default_str();
+  // Every value is taken as text and parsed by retrieval_options_from_flags.
+  auto option = [&](const char* flag, std::string& value, const char* type, const char* help) {
+    command->add_option(flag, value, help)->type_name(type)->capture_default_str();
+  };
+  option("--contexts", flags->contexts, "INT,...", "context lengths, comma-separated");
+  option("--block-sizes", flags->block_sizes, "INT,...", "block sizes B, comma-separated");
+  option("--ks", flags->ks, "INT,...", "numbers of selected blocks k, comma-separated");
+  option("--depths", flags->depths, "NUM,...",
+         "needle depths in [0, 1): position floor(depth * context), comma-separated");
+  option("--selectors", flags->selectors, "NAME,...",
+         "any of mean, bound, oracle, comma-separated");
+  option("--trials", flags->trials, "INT", "needles per cell");
+  option("--strength", flags->strength, "NUM",
+         "needle score minus the largest distractor score (scores q.k/sqrt(d))");
+  option("--seed", flags->seed, "UINT", "random seed");
+  option("--head-dim", flags->head_dim, "INT", "channels per key");
+  option("--sinks", flags->sinks, "INT", "first positions always kept");
+  option("--window", flags->window, "INT", "last positions always kept");
   command->add_option("--out", flags->out, "output directory (created if missing)")
       ->type_name("DIR")
       ->required();
@@ -148,8 +129,9 @@ void add_retrieval_command(CLI::App& app, std::function<int()>& run) {
                   static_cast<long long>(options.trials), seconds);
       for (const auto& file : outputs.files) std::printf("wrote %s\n", file.string().c_str());
       std::fflush(stdout);
-      for (const std::string& note : outputs.notes)
-        std::fprintf(stderr, "note: %s\n", note.c_str());
+      for (const std::string& note : outputs.notes) {
+        std::fprintf(stderr, "amc-eval: %s\n", note.c_str());  // as the other commands' notes
+      }
       return 0;
     };
   });

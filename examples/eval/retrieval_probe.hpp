@@ -7,12 +7,11 @@
 // Selection is amc's own: BlockSummaries, BlockSparseDecode with the built-in rules (mean,
 // bound, oracle), Support::contains. The probe only makes the keys and counts.
 //
-// Shapes, outermost first: keys [context, head_dim], query [head_dim].
+// Shapes, outermost first: keys [context, head_dim], query [head_dim]. The files it writes:
+// retrieval_report.hpp.
 #pragma once
 
 #include <cstdint>
-#include <filesystem>
-#include <string>
 #include <vector>
 
 #include "amc/attention/sparse_config.hpp"
@@ -82,21 +81,6 @@ struct RetrievalProbeResult {
 /// sizes, ks and selectors see the same distractors and query (paired comparison), so
 /// differences between cells are not sampling noise between key sets.
 std::vector<RetrievalProbeResult> run_retrieval_probe(const RetrievalProbeOptions& options);
-
-/// Files written by write_retrieval_outputs, and notes for the user (e.g. no gnuplot).
-struct RetrievalOutputs {
-  std::vector<std::filesystem::path> files;
-  std::vector<std::string> notes;
-};
-
-/// Writes into out_dir (created if missing), each file atomically (temp file, then rename):
-/// retrieval.csv (one row per cell), retrieval.md (tables and a reading), retrieval_plot.dat
-/// and retrieval.gp (the plot's data and gnuplot script), and, drawn by gnuplot when it is on
-/// the PATH, retrieval.png and retrieval.svg: hit rate vs block size per selector, one panel
-/// per (context, k). A missing or failing gnuplot skips the plots with a note (its messages go
-/// to retrieval_gnuplot.log): the tables are the result, the plots a view of them.
-RetrievalOutputs write_retrieval_outputs(const std::vector<RetrievalProbeResult>& rows,
-                                         const std::filesystem::path& out_dir);
 
 // --- the synthetic keys (exposed so tests can check the probe against plain loops) ---------
 

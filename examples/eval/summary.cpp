@@ -2,24 +2,19 @@
 #include "summary.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 #include <sstream>
+
+#include "text.hpp"
 
 namespace amc::eval {
 namespace {
 
 /// Enough digits that a reader recomputing the medians from runs.jsonl agrees to 1e-9.
-std::string number(double x) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.12g", x);
-  return text;
-}
+std::string number(double x) { return format("%.12g", x); }
 
 std::string fixed(double x, int decimals, bool sign = false) {
-  char text[64];
-  std::snprintf(text, sizeof text, sign ? "%+.*f" : "%.*f", decimals, x);
-  return text;
+  return format(sign ? "%+.*f" : "%.*f", decimals, x);
 }
 
 }  // namespace

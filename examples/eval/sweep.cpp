@@ -10,15 +10,12 @@
 #include "run_record.hpp"
 #include "summary.hpp"
 #include "sweep_plots.hpp"
+#include "text.hpp"
 
 namespace amc::eval {
 namespace {
 
-std::string percent(double x, bool sign) {
-  char text[32];
-  std::snprintf(text, sizeof text, sign ? "%+.1f%%" : "%.1f%%", x);
-  return text;
-}
+std::string percent(double x, bool sign) { return format(sign ? "%+.1f%%" : "%.1f%%", x); }
 
 /// The summary files, from everything runs.jsonl holds (not from memory: a resumed sweep and
 /// an uninterrupted one then write the same tables).

@@ -2,19 +2,16 @@
 #include "sweep_plots.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "text.hpp"
+
 namespace amc::eval {
 namespace {
 
-std::string number(double x) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.9g", x);
-  return text;
-}
+std::string number(double x) { return format("%.9g", x); }
 
 /// `plot for` over the data blocks (gnuplot "index"), one line per block titled from `titles`.
 std::string plot_blocks(const std::string& file, const std::vector<std::string>& titles,

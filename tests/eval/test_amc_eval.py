@@ -12,6 +12,10 @@
   gives the same summary.csv as the uninterrupted sweep; a changed setting is refused.
 - The mass probe: columns, one row per context, support, layer and head, retained mass in
   (0, 1], not decreasing with the support, 1 where the support covers the context.
+- The retrieval probe (synthetic keys, no model): its files, one CSV row per cell, a refusal,
+  and its tables without gnuplot.
+- Plot scripts run by hand (`gnuplot plots.gp` in the output directory, as docs/reproduce.md
+  says) redraw the images under their own names, not the temporary ones.
 - Refusals: exit status 2 and one line on stderr naming the problem.
 
 usage: test_amc_eval.py PATH/TO/amc-synth PATH/TO/amc-eval
@@ -122,6 +126,18 @@ def check_summary(out, records):
     return rows
 
 
+def check_redraw(out, script, image):
+    """Runs SCRIPT by hand in OUT: IMAGE.png and IMAGE.svg come back under their own names."""
+    for suffix in (".png", ".svg"):
+        os.remove(os.path.join(out, image + suffix))
+    result = subprocess.run(["gnuplot", script], cwd=out, capture_output=True, text=True,
+                            timeout=300)
+    check(result.returncode == 0, f"gnuplot {script}: {result.stderr}")
+    for suffix in (".png", ".svg"):
+        check(os.path.isfile(os.path.join(out, image + suffix)), f"gnuplot {script}: no {image}{suffix}")
+    check(not any(".tmp" in n for n in os.listdir(out)), f"gnuplot {script} drew temporary files")
+
+
 def write_ids(path, count, vocab, seed):
     r = random.Random(seed)
     with open(path, "w") as f:
@@ -166,6 +182,8 @@ def main():
             with open(os.path.join(out, "ppl_change.svg")) as f:
                 check("<svg" in f.read(), "ppl_change.svg is not an SVG")
         check(not any(n.endswith(".tmp") for n in os.listdir(out)), "temporary files left behind")
+        if have_gnuplot:
+            check_redraw(out, "plots.gp", "ppl_change")
         records = read_runs(out)
         keys = [(r["context"], r["prefix"], r["support"]) for r in records]
         check(len(keys) == len(set(keys)), "a run recorded twice")
@@ -302,6 +320,35 @@ def main():
         check(any(m < 0.99 for m in table.values()), "the mass probe measured nothing below 1")
         if have_gnuplot:
             check(os.path.isfile(os.path.join(mass, "mass_vs_support.png")), "mass plot missing")
+
+        # --- the retrieval probe -----------------------------------------------------------
+        retrieval = os.path.join(tmp, "retrieval")
+        probe = [amc_eval, "retrieval", "--contexts", "512", "--block-sizes", "8,32", "--ks", "2",
+                 "--depths", "0.5", "--trials", "2"]
+        result = run(probe + ["--out", retrieval])
+        names = ["retrieval.csv", "retrieval.md", "retrieval_plot.dat", "retrieval.gp"]
+        if have_gnuplot:
+            names += ["retrieval.png", "retrieval.svg"]
+        for name in names:
+            path = os.path.join(retrieval, name)
+            check(os.path.isfile(path) and f"wrote {path}\n" in result.stdout, f"retrieval: {name}")
+        written = sorted(set(os.listdir(retrieval)) - {"retrieval_gnuplot.log"})  # if it warned
+        check(written == sorted(names), f"retrieval wrote {written}, expected {sorted(names)}")
+        header, rows = read_csv(os.path.join(retrieval, "retrieval.csv"))
+        check(header.startswith("selector,block_size,k,context,depth,trials,hit_rate,"),
+              f"retrieval.csv header {header}")
+        check(len(rows) == 3 * 2, f"retrieval.csv has {len(rows)} rows, expected 3 selectors x 2 B")
+        if have_gnuplot:
+            check_redraw(retrieval, "retrieval.gp", "retrieval")
+        check_refusal([amc_eval, "retrieval", "--ks", "0", "--out", os.path.join(tmp, "bad-retrieval")],
+                      ["retrieval: --ks", "0 is not in [1, "])
+        check(not os.path.exists(os.path.join(tmp, "bad-retrieval")), "a refused probe wrote")
+        retrieval_no_plots = os.path.join(tmp, "retrieval-no-plots")
+        result = run(probe + ["--out", retrieval_no_plots], env=env)
+        check("gnuplot was not found" in result.stderr, "retrieval: missing gnuplot not reported")
+        check(os.path.isfile(os.path.join(retrieval_no_plots, "retrieval.csv")) and
+              not os.path.exists(os.path.join(retrieval_no_plots, "retrieval.png")),
+              "retrieval without gnuplot: tables, and no plots")
 
         # --- refusals ---------------------------------------------------------------------
         bad = os.path.join(tmp, "bad")

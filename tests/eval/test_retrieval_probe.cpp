@@ -6,16 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "catch.hpp"
+#include "qwen2_test_support.hpp"
 #include "retrieval_command.hpp"
 #include "retrieval_probe.hpp"
 
@@ -24,6 +22,8 @@ namespace {
 using amc::ScoreRule;
 using amc::eval::RetrievalProbeOptions;
 using amc::eval::RetrievalProbeResult;
+using amc::qwen2::test::read_file;
+using amc::qwen2::test::TempDir;
 
 /// Mean hit rate over depths of the rows of one (selector, block size), all else fixed.
 double hit_rate(const std::vector<RetrievalProbeResult>& rows, ScoreRule selector,
@@ -39,19 +39,6 @@ double hit_rate(const std::vector<RetrievalProbeResult>& rows, ScoreRule selecto
   REQUIRE(count > 0);
   return sum / count;
 }
-
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-/// A fresh directory under the system temp dir, removed when the test ends.
-struct TempDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() /
-                               ("amc_retrieval_probe_" + std::to_string(::getpid()));
-  TempDir() { std::filesystem::remove_all(path); }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
 
 }  // namespace
 
@@ -214,32 +201,33 @@ TEST_CASE("retrieval probe: a needle is retrieved exactly when its block ranks w
 }
 
 TEST_CASE("retrieval command: writes every output, atomically, from the flags") {
-  TempDir dir;
+  TempDir dir("retrieval_command");
+  const std::filesystem::path out = dir / "out";  // not there yet: the command creates it
   CLI::App app;
   std::function<int()> run;
   amc::eval::add_retrieval_command(app, run);
   app.parse(
       "retrieval --contexts 512,1024 --block-sizes 8,32 --ks 1,4 --depths 0.2,0.5 "
       "--trials 3 --out " +
-      dir.path.string());
+      out.string());
   REQUIRE(run);
   REQUIRE(run() == 0);
-  const std::string csv = read_text(dir.path / "retrieval.csv");
+  const std::string csv = read_file(out / "retrieval.csv");
   REQUIRE(csv.rfind("selector,block_size,k,context,depth,trials,hit_rate,", 0) == 0);
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 3 * 2 * 2 * 2 * 2);
-  const std::string md = read_text(dir.path / "retrieval.md");
+  const std::string md = read_file(out / "retrieval.md");
   CHECK_THAT(md, AMC_CONTAINS("| context | k | B | mean | bound | oracle | chance | lift |"));
   CHECK_THAT(md, AMC_CONTAINS("## Reading"));
-  CHECK(std::filesystem::exists(dir.path / "retrieval_plot.dat"));
-  CHECK(std::filesystem::exists(dir.path / "retrieval.gp"));
+  CHECK(std::filesystem::exists(out / "retrieval_plot.dat"));
+  CHECK(std::filesystem::exists(out / "retrieval.gp"));
   const bool have_gnuplot = std::system("command -v gnuplot > /dev/null 2>&1") == 0;
   if (have_gnuplot) {
-    CHECK(std::filesystem::file_size(dir.path / "retrieval.png") > 0);
-    CHECK_THAT(read_text(dir.path / "retrieval.svg"), AMC_CONTAINS("<svg"));
+    CHECK(std::filesystem::file_size(out / "retrieval.png") > 0);
+    CHECK_THAT(read_file(out / "retrieval.svg"), AMC_CONTAINS("<svg"));
   } else {
     WARN("gnuplot not on the PATH: plots not checked");
   }
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path))
+  for (const auto& entry : std::filesystem::directory_iterator(out))
     CHECK(entry.path().string().find(".tmp") == std::string::npos);
 }
 
@@ -259,6 +247,7 @@ TEST_CASE("retrieval command: bad flags are refused with the flag and the value"
       {"--contexts 2048,-5", "--contexts", "-5"},
       {"--contexts 100", "--depths", "position 50 of context 100, inside the window (--window 64"},
       {"--depths 0.5,1.5", "--depths", "1.5"},
+      {"--depths 1.0000001", "--depths", "1.0000001 is not in [0, 1)"},  // not rounded to "1"
       {"--depths 0.0001", "--depths", "inside the sinks"},
       {"--trials 0", "--trials", "0"},
       {"--trials 2.5", "--trials", "'2.5'"},

@@ -43,6 +43,6 @@ rm -rf "$out/retrieval"
   > "$out/attention.md"
 gnuplot -e "csv='$model/loss_curve.csv'; out='$out/loss_curve'" tools/train_tiny/loss_curve.gp
 # What the repository keeps: runs.jsonl compressed (1 MB each as text), no gnuplot logs.
-find "$out" -name runs.jsonl -exec gzip -9 -f {} \;
+find "$out" -name runs.jsonl -exec gzip -9 -n -f {} \;
 find "$out" -name 'gnuplot*.log' -delete
 echo "evaluate.sh: results in $out"

@@ -1,20 +1,20 @@
-# Draws hit rate vs block size per selector, one panel per (context, k), from
-# retrieval_plot.dat. Written by amc-eval retrieval; run in this directory:
-#   gnuplot retrieval.gp
-if (!exists("png_out")) png_out = 'retrieval.png'
-if (!exists("svg_out")) svg_out = 'retrieval.svg'
+# Hit rate vs block size per selector, one panel per (context, k), from
+# retrieval_plot.dat.
+# Written by amc-eval; run `gnuplot <this file>` in this directory to redraw.
+png_terminal = strstrt(GPVAL_TERMINALS, 'pngcairo') > 0 ? 'pngcairo' : 'png'
+if (!exists("output_suffix")) output_suffix = ''
+set encoding utf8
+set grid
+set key outside right top
 set logscale x 2
 set xrange [6.4:80]
 set xtics (8, 16, 32, 64)
 set yrange [0:1.05]
-set grid
 set xlabel 'block size B'
 set ylabel 'hit rate'
-set key bottom left font ',8'
-set datafile commentschars '#'
-png_terminal = strstrt(GPVAL_TERMINALS, 'pngcairo') > 0 ? 'pngcairo' : 'png'
-eval 'set terminal ' . png_terminal . ' size 1180,660 font ",10"'
-set output png_out
+set key inside bottom left font ',8'
+eval 'set terminal ' . png_terminal . ' size 1180,660 noenhanced font ",10"'
+set output "retrieval.png" . output_suffix
 set multiplot layout 2,3 title 'Retrieval probe: needle in the support (mean over depths)'
 set title 'context 2048, k = 2'
 plot 'retrieval_plot.dat' index 0 using 1:2 with linespoints lw 2 pt 7 title 'mean', \
@@ -46,10 +46,11 @@ plot 'retrieval_plot.dat' index 20 using 1:2 with linespoints lw 2 pt 7 title 'm
      'retrieval_plot.dat' index 21 using 1:2 with linespoints lw 2 pt 5 title 'bound', \
      'retrieval_plot.dat' index 22 using 1:2 with linespoints lw 2 pt 9 title 'oracle', \
      'retrieval_plot.dat' index 23 using 1:2 with linespoints dt 2 lw 1 lc rgb 'gray40' pt 0 title 'chance'
+
 unset multiplot
 set output
-set terminal svg size 1180,660 dynamic font ',10'
-set output svg_out
+set terminal svg size 1180,660 noenhanced font ",10"
+set output "retrieval.svg" . output_suffix
 set multiplot layout 2,3 title 'Retrieval probe: needle in the support (mean over depths)'
 set title 'context 2048, k = 2'
 plot 'retrieval_plot.dat' index 0 using 1:2 with linespoints lw 2 pt 7 title 'mean', \
@@ -81,5 +82,6 @@ plot 'retrieval_plot.dat' index 20 using 1:2 with linespoints lw 2 pt 7 title 'm
      'retrieval_plot.dat' index 21 using 1:2 with linespoints lw 2 pt 5 title 'bound', \
      'retrieval_plot.dat' index 22 using 1:2 with linespoints lw 2 pt 9 title 'oracle', \
      'retrieval_plot.dat' index 23 using 1:2 with linespoints dt 2 lw 1 lc rgb 'gray40' pt 0 title 'chance'
+
 unset multiplot
 set output

@@ -1,12 +1,13 @@
 # Written by amc-eval; run `gnuplot <this file>` in this directory to redraw.
 png_terminal = strstrt(GPVAL_TERMINALS, 'pngcairo') > 0 ? 'pngcairo' : 'png'
+if (!exists("output_suffix")) output_suffix = ''
 set encoding utf8
 set grid
 set key outside right top
 
 # Median teacher-forced perplexity change (bars: min to max over prefixes)
 eval 'set terminal ' . png_terminal . ' size 900,560 noenhanced'
-set output "ppl_change.png.tmp"
+set output "ppl_change.png" . output_suffix
 set logscale x 2
 set xlabel 'support size (positions)'
 set xtics (97, 193, 385, 769)
@@ -17,7 +18,7 @@ plot "ppl_change.dat" index 0 using 1:2:3:4 with yerrorlines title "context 1024
 unset multiplot
 set output
 set terminal svg size 900,560 noenhanced
-set output "ppl_change.svg.tmp"
+set output "ppl_change.svg" . output_suffix
 set logscale x 2
 set xlabel 'support size (positions)'
 set xtics (97, 193, 385, 769)
@@ -30,7 +31,7 @@ set output
 
 # Median first divergence step
 eval 'set terminal ' . png_terminal . ' size 900,560 noenhanced'
-set output "first_divergence.png.tmp"
+set output "first_divergence.png" . output_suffix
 set logscale x 2
 set xlabel 'support size (positions)'
 set xtics (97, 193, 385, 769)
@@ -41,7 +42,7 @@ plot "first_divergence.dat" index 0 using 1:2 with linespoints title "context 10
 unset multiplot
 set output
 set terminal svg size 900,560 noenhanced
-set output "first_divergence.svg.tmp"
+set output "first_divergence.svg" . output_suffix
 set logscale x 2
 set xlabel 'support size (positions)'
 set xtics (97, 193, 385, 769)
@@ -55,7 +56,7 @@ set output
 # Retained mass per layer
 set key outside right top
 eval 'set terminal ' . png_terminal . ' size 900,560 noenhanced'
-set output "retained_mass_by_layer.png.tmp"
+set output "retained_mass_by_layer.png" . output_suffix
 set multiplot layout 1,2 title 'Retained mass per layer (mean over runs, heads and steps)'
 unset logscale x
 set xtics 1
@@ -76,7 +77,7 @@ plot 'retained_mass_by_layer.dat' index 4 using 1:2 with linespoints title "supp
 unset multiplot
 set output
 set terminal svg size 900,560 noenhanced
-set output "retained_mass_by_layer.svg.tmp"
+set output "retained_mass_by_layer.svg" . output_suffix
 set multiplot layout 1,2 title 'Retained mass per layer (mean over runs, heads and steps)'
 unset logscale x
 set xtics 1
