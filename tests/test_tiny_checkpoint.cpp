@@ -79,8 +79,8 @@ Errors errors_against_reference(amc::StorageType kv_dtype) {
   std::vector<float> all(ref.logits.size());
   batched.prefill(ref.ids, all, true);
   for (std::size_t t = 0; t < ref.ids.size(); ++t) {
-    e.prefill = std::max(e.prefill, relative_error(std::span(all).subspan(t * ref.vocab, ref.vocab),
-                                                   want(t)));
+    e.prefill = std::max(e.prefill,
+                         relative_error(std::span(all).subspan(t * ref.vocab, ref.vocab), want(t)));
   }
 
   Session stepwise(checkpoint, options);

@@ -40,7 +40,7 @@ using amc::qwen2::GeneratedToken;
 using amc::qwen2::GenerationResult;
 
 /// The demo's default prompt, Python code (what data/qwen2-tiny, the demo's default model, was
-/// trained on; Qwen2-0.5B continues it too): about 250 tokens with Qwen2's tokenizer and 900
+/// trained on; Qwen2-0.5B continues it too): 263 tokens with Qwen2's tokenizer and 1169
 /// with the tiny model's byte-level one, so the context outgrows the default sparse support of
 /// 193 positions. Names defined early are used again at the end, so a continuation that stays
 /// on track has to attend back to them.
