@@ -64,6 +64,19 @@ inline SynthSpec wide_spec(StorageType dtype, std::uint64_t seed = 11) {
   return spec;
 }
 
+/// `n` pseudo-random token ids in [0, vocab), the same for the same seed (an LCG: tests need
+/// reproducible prompts, not good randomness).
+inline std::vector<std::int32_t> prompt_ids(std::int64_t n, std::int64_t vocab,
+                                            std::uint64_t seed = 3) {
+  std::vector<std::int32_t> ids;
+  std::uint64_t s = seed;
+  for (std::int64_t i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    ids.push_back(static_cast<std::int32_t>((s >> 33) % static_cast<std::uint64_t>(vocab)));
+  }
+  return ids;
+}
+
 inline std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream s;
@@ -208,12 +221,15 @@ class NaiveQwen2 {
   std::map<std::string, std::vector<double>> tensors_;
 };
 
-/// max_i |a_i - b_i| / max_i |b_i|.
-inline double relative_error(const float* a, const std::vector<double>& b) {
+/// max_i |a_i - b_i| / max_i |b_i| over b's elements (b: any sized range of float or double,
+/// e.g. a reference's logits; a: at least as many elements).
+template <class Reference>
+double relative_error(const float* a, const Reference& b) {
   double diff = 0.0, scale = 0.0;
   for (std::size_t i = 0; i < b.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
+    const auto want = static_cast<double>(b[i]);
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - want));
+    scale = std::max(scale, std::abs(want));
   }
   return diff / scale;
 }

@@ -19,18 +19,9 @@ namespace {
 
 using namespace amc::qwen2;
 using amc::qwen2::test::NaiveQwen2;
+using amc::qwen2::test::prompt_ids;
 using amc::qwen2::test::relative_error;
 using amc::qwen2::test::TempDir;
-
-std::vector<std::int32_t> prompt_ids(std::int64_t n, std::int64_t vocab, std::uint64_t seed = 3) {
-  std::vector<std::int32_t> ids;
-  std::uint64_t s = seed;
-  for (std::int64_t i = 0; i < n; ++i) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    ids.push_back(static_cast<std::int32_t>((s >> 33) % static_cast<std::uint64_t>(vocab)));
-  }
-  return ids;
-}
 
 std::vector<float> prefill_all(Session& session, const std::vector<std::int32_t>& tokens) {
   std::vector<float> logits(tokens.size() * static_cast<std::size_t>(session.config().vocab_size));

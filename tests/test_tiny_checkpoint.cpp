@@ -19,12 +19,14 @@
 #include "qwen2/checkpoint.hpp"
 #include "qwen2/model.hpp"
 #include "qwen2/tokenizer.hpp"
+#include "qwen2_test_support.hpp"
 
 namespace {
 
 using amc::qwen2::Checkpoint;
 using amc::qwen2::Session;
 using amc::qwen2::SessionOptions;
+using amc::qwen2::test::relative_error;
 
 const std::filesystem::path kModel = AMC_TEST_TINY_MODEL_DIR;
 
@@ -48,16 +50,6 @@ Reference load_reference(const std::string& logits_name) {
   return r;
 }
 
-/// max_i |a_i - b_i| / max_i |b_i| over one position's logits.
-double relative_error(std::span<const float> got, std::span<const float> want) {
-  double diff = 0.0, scale = 0.0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
-  }
-  return diff / scale;
-}
-
 struct Errors {
   double prefill = 0.0;  ///< worst position of one batched prefill of every token
   double decode = 0.0;   ///< worst step of a prefill of the first token, then decode
@@ -79,17 +71,16 @@ Errors errors_against_reference(amc::StorageType kv_dtype) {
   std::vector<float> all(ref.logits.size());
   batched.prefill(ref.ids, all, true);
   for (std::size_t t = 0; t < ref.ids.size(); ++t) {
-    e.prefill = std::max(e.prefill,
-                         relative_error(std::span(all).subspan(t * ref.vocab, ref.vocab), want(t)));
+    e.prefill = std::max(e.prefill, relative_error(all.data() + t * ref.vocab, want(t)));
   }
 
   Session stepwise(checkpoint, options);
   std::vector<float> step(ref.vocab);
   stepwise.prefill(std::span(ref.ids.data(), 1), step);
-  e.decode = relative_error(step, want(0));
+  e.decode = relative_error(step.data(), want(0));
   for (std::size_t t = 1; t < ref.ids.size(); ++t) {
     stepwise.decode(ref.ids[t], step);
-    e.decode = std::max(e.decode, relative_error(step, want(t)));
+    e.decode = std::max(e.decode, relative_error(step.data(), want(t)));
   }
   return e;
 }

@@ -32,32 +32,13 @@ import subprocess
 import sys
 import tempfile
 
-FAILURES = []
+# The shared check/run helpers of the tool tests (tests/tools/tool_test.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from tool_test import check, check_refusal, report, run  # noqa: E402
 
 CSV_COLUMNS = ("context,support,k,runs,exact_match_runs,median_first_divergence,"
                "median_ppl_change_pct,min_ppl_change_pct,max_ppl_change_pct,median_tf_match_pct,"
                "median_retained_mass")
-
-
-def check(condition, message):
-    if not condition:
-        FAILURES.append(message)
-    return condition
-
-
-def run(args, expect=0, env=None):
-    result = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=300,
-                            env=env)
-    check(result.returncode == expect,
-          f"{' '.join(args)}: exit {result.returncode}, expected {expect}; stderr: {result.stderr}")
-    return result
-
-
-def check_refusal(args, words):
-    result = run(args, expect=2)
-    lines = result.stderr.strip().splitlines()
-    check(len(lines) == 1, f"{args}: expected one line on stderr, got {result.stderr!r}")
-    check(all(w in result.stderr for w in words), f"{args}: stderr {result.stderr!r} lacks {words}")
 
 
 def read_runs(out):
@@ -380,12 +361,7 @@ def main():
         check_refusal([amc_eval], ["subcommand"])
         check(not os.path.exists(os.path.join(bad, "runs.jsonl")), "a refused sweep wrote runs")
 
-    if FAILURES:
-        for failure in FAILURES:
-            print("FAIL:", failure)
-        return 1
-    print("amc-eval end-to-end: all checks passed")
-    return 0
+    return report("amc-eval end-to-end")
 
 
 if __name__ == "__main__":

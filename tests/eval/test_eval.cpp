@@ -27,17 +27,8 @@ namespace {
 
 using namespace amc::eval;
 using amc::qwen2::Checkpoint;
+using amc::qwen2::test::prompt_ids;
 using amc::qwen2::test::TempDir;
-
-std::vector<std::int32_t> ids(std::int64_t n, std::int64_t vocab, std::uint64_t seed) {
-  std::vector<std::int32_t> out;
-  std::uint64_t s = seed;
-  for (std::int64_t i = 0; i < n; ++i) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    out.push_back(static_cast<std::int32_t>((s >> 33) % static_cast<std::uint64_t>(vocab)));
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -71,7 +62,7 @@ TEST_CASE("id files: whitespace and commas separate ids; a bad entry names file,
                       AMC_CONTAINS("is not a decimal token id"));
 
   std::vector<Document> documents{
-      {"a", ids(100, 10, 1)}, {"b", ids(30, 10, 2)}, {"c", ids(200, 10, 3)}};
+      {"a", prompt_ids(100, 10, 1)}, {"b", prompt_ids(30, 10, 2)}, {"c", prompt_ids(200, 10, 3)}};
   const std::vector<ContextPlan> plans = plan_prefixes(documents, {50, 150}, 5);
   CHECK(plans[0].documents == std::vector<std::size_t>{0, 2});
   CHECK(plans[0].skipped == 1);
@@ -238,8 +229,8 @@ TEST_CASE("the layer probe's mass, error norm and recall match a double recomput
       amc::qwen2::Session s(checkpoint, o);
       session = &s;
       std::vector<float> logits(static_cast<std::size_t>(cfg.vocab_size));
-      s.prefill(ids(80, cfg.vocab_size, 5), logits);
-      for (const std::int32_t t : ids(4, cfg.vocab_size, 6)) s.decode(t, logits);
+      s.prefill(prompt_ids(80, cfg.vocab_size, 5), logits);
+      for (const std::int32_t t : prompt_ids(4, cfg.vocab_size, 6)) s.decode(t, logits);
       const HeadStatistics& stats = probe.statistics();
       CHECK(stats.steps == 4);
       CHECK(reference.steps == 4);
@@ -265,7 +256,7 @@ TEST_CASE("the paired runner equals fresh sessions decoding without truncation",
                                          amc::qwen2::test::wide_spec(amc::StorageType::bf16));
   const Checkpoint checkpoint = Checkpoint::load(dir.path());
   const std::int64_t vocab = checkpoint.config().vocab_size;
-  const std::vector<std::int32_t> prefix = ids(200, vocab, 9);
+  const std::vector<std::int32_t> prefix = prompt_ids(200, vocab, 9);
   const std::int64_t T = 16;
   PairedRunOptions options;
   options.sparse.block_size = 8;

@@ -15,30 +15,10 @@ import json
 import os
 import re
 import struct
-import subprocess
 import sys
 import tempfile
 
-FAILURES = []
-
-
-def check(condition, message):
-    if not condition:
-        FAILURES.append(message)
-
-
-def run(args, expect=0):
-    result = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=300)
-    check(result.returncode == expect,
-          f"{' '.join(args)}: exit {result.returncode}, expected {expect}; stderr: {result.stderr}")
-    return result
-
-
-def check_usage_error(args, words):
-    result = run(args, expect=2)
-    lines = result.stderr.strip().splitlines()
-    check(len(lines) == 1, f"{args}: expected one line on stderr, got {result.stderr!r}")
-    check(all(w in result.stderr for w in words), f"{args}: stderr {result.stderr!r} lacks {words}")
+from tool_test import check, check_refusal, report, run
 
 
 def read_file(path):
@@ -116,24 +96,24 @@ def hostile_files(qwen2, good, tmp):
         replace = {k: v.encode() if isinstance(v, str) else v for k, v in replace.items()}
         model = copy_checkpoint(good, os.path.join(tmp, "hostile_" + label), replace)
         out = os.path.join(tmp, "hostile_" + label + ".safetensors")
-        check_usage_error([qwen2, "--model", model, "--prompt-ids", "5,6,7", "-n", "3", "--json",
+        check_refusal([qwen2, "--model", model, "--prompt-ids", "5,6,7", "-n", "3", "--json",
                            "--logits-out", out], words)
         check(not os.path.exists(out), f"{label}: --logits-out file left behind")
     # Arguments that would exhaust memory are refused before allocating.
-    check_usage_error([qwen2, "--model", good, "--prompt-ids", "5", "-n", "9223372036854775807"],
+    check_refusal([qwen2, "--model", good, "--prompt-ids", "5", "-n", "9223372036854775807"],
                       ["max_position_embeddings (32768)"])
     # The output itself cannot be written: no file, no temporary file left.
     blocker = os.path.join(tmp, "not_a_directory")
     with open(blocker, "wb") as f:
         f.write(b"x")
     before = set(os.listdir(tmp))
-    check_usage_error([qwen2, "--model", good, "--prompt-ids", "5", "-n", "2", "--logits-out",
+    check_refusal([qwen2, "--model", good, "--prompt-ids", "5", "-n", "2", "--logits-out",
                        os.path.join(blocker, "logits.safetensors")], ["logits.safetensors"])
     check(set(os.listdir(tmp)) == before, f"--logits-out under a file left {set(os.listdir(tmp)) - before}")
     directory = os.path.join(tmp, "a_directory")
     os.makedirs(directory)
     before = set(os.listdir(tmp))
-    check_usage_error([qwen2, "--model", good, "--prompt-ids", "5", "-n", "2", "--logits-out", directory],
+    check_refusal([qwen2, "--model", good, "--prompt-ids", "5", "-n", "2", "--logits-out", directory],
                       ["a_directory"])
     check(set(os.listdir(tmp)) == before, f"--logits-out over a directory left {set(os.listdir(tmp)) - before}")
 
@@ -157,10 +137,10 @@ def main():
         check(config["num_hidden_layers"] == 3 and config["num_key_value_heads"] == 3
               and config["vocab_size"] == 400 and config["torch_dtype"] == "float32",
               f"amc-synth overrides: {config}")
-        check_usage_error([synth, "--out", os.path.join(tmp, "x"), "--heads", "5"], ["does not divide"])
-        check_usage_error([synth, "--out", os.path.join(tmp, "x"), "--layers", "0"], ["must be positive"])
-        check_usage_error([synth, "--out", os.path.join(tmp, "x"), "--dtype", "f64"], ["--dtype"])
-        check_usage_error([synth, "--shape", "tiny"], ["--out"])
+        check_refusal([synth, "--out", os.path.join(tmp, "x"), "--heads", "5"], ["does not divide"])
+        check_refusal([synth, "--out", os.path.join(tmp, "x"), "--layers", "0"], ["must be positive"])
+        check_refusal([synth, "--out", os.path.join(tmp, "x"), "--dtype", "f64"], ["--dtype"])
+        check_refusal([synth, "--shape", "tiny"], ["--out"])
 
         # JSON lines and --logits-out.
         logits_file = os.path.join(tmp, "logits.safetensors")
@@ -219,38 +199,34 @@ def main():
               f"per-layer retained mass out of order or range: {layer_lines}")
 
         # Bad input: exit 2, one line on stderr.
-        check_usage_error([qwen2, "--model", os.path.join(tmp, "nowhere"), "--prompt", "x"], ["not a directory"])
-        check_usage_error([qwen2, "--model", a], ["--prompt or --prompt-ids"])
-        check_usage_error([qwen2, "--model", a, "--prompt-ids", "1,320"], ["id 320 is outside the vocabulary [0, 320)"])
-        check_usage_error([qwen2, "--model", a, "--prompt-ids", "1,x"], ["'x' is not an integer"])
-        check_usage_error([qwen2, "--model", a, "--prompt-ids", "-1"], ["outside the vocabulary"])
-        check_usage_error([qwen2, "--model", a, "--prompt", "x", "--attention", "fast"], ["--attention"])
-        check_usage_error([qwen2, "--model", a, "--prompt", "x", "--attention", "sparse", "--block-size", "0"],
+        check_refusal([qwen2, "--model", os.path.join(tmp, "nowhere"), "--prompt", "x"], ["not a directory"])
+        check_refusal([qwen2, "--model", a], ["--prompt or --prompt-ids"])
+        check_refusal([qwen2, "--model", a, "--prompt-ids", "1,320"], ["id 320 is outside the vocabulary [0, 320)"])
+        check_refusal([qwen2, "--model", a, "--prompt-ids", "1,x"], ["'x' is not an integer"])
+        check_refusal([qwen2, "--model", a, "--prompt-ids", "-1"], ["outside the vocabulary"])
+        check_refusal([qwen2, "--model", a, "--prompt", "x", "--attention", "fast"], ["--attention"])
+        check_refusal([qwen2, "--model", a, "--prompt", "x", "--attention", "sparse", "--block-size", "0"],
                           ["block_size must be positive"])
-        check_usage_error([qwen2, "--model", a, "--prompt", "x", "--threads", "0"], ["--threads"])
-        check_usage_error([qwen2, "--model", a, "--prompt", "x", "--bogus"], ["bogus"])
+        check_refusal([qwen2, "--model", a, "--prompt", "x", "--threads", "0"], ["--threads"])
+        check_refusal([qwen2, "--model", a, "--prompt", "x", "--bogus"], ["bogus"])
         no_weights = os.path.join(tmp, "no_weights")
         os.makedirs(no_weights)
         with open(os.path.join(no_weights, "config.json"), "wb") as f:
             f.write(read_file(os.path.join(a, "config.json")))
-        check_usage_error([qwen2, "--model", no_weights, "--prompt", "x"], ["no model.safetensors"])
+        check_refusal([qwen2, "--model", no_weights, "--prompt", "x"], ["no model.safetensors"])
         no_tokenizer = os.path.join(tmp, "no_tokenizer")
         os.makedirs(no_tokenizer)
         for name in ("config.json", "model.safetensors"):
             with open(os.path.join(no_tokenizer, name), "wb") as f:
                 f.write(read_file(os.path.join(a, name)))
-        check_usage_error([qwen2, "--model", no_tokenizer, "--prompt", "x"], ["tokenizer.json: file not found"])
+        check_refusal([qwen2, "--model", no_tokenizer, "--prompt", "x"], ["tokenizer.json: file not found"])
         # Ids need no tokenizer; text then shows ids.
         out = run([qwen2, "--model", no_tokenizer, "--prompt-ids", "1,2", "-n", "2", "--ignore-eos"]).stdout
         check(out.startswith("<|id:"), f"no tokenizer: {out!r}")
 
         hostile_files(qwen2, a, tmp)
 
-    if FAILURES:
-        for failure in FAILURES:
-            print("FAIL:", failure)
-        sys.exit(1)
-    print("amc-synth and amc-qwen2 end-to-end: all checks passed")
+    sys.exit(report("amc-synth and amc-qwen2 end-to-end"))
 
 
 if __name__ == "__main__":

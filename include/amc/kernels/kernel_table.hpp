@@ -18,8 +18,8 @@ namespace amc::kernels {
 /// Rows per chunk of the fused attention kernel: scores of a chunk are kept in scratch. The
 /// kernel prefetches a chunk's values and the next chunk's keys when it starts a chunk; with
 /// 32 rows that is 16 KiB of f32 in flight at head_dim 64, which L1 holds next to the chunk in
-/// use (64 rows asked for 32 KiB and measured 25-35% slower on cold caches, 16 rows gained
-/// nothing more: docs/performance.md).
+/// use (64 rows asked for 32 KiB and measured 13-33% slower on cold caches; 16 rows was not
+/// clearly better: docs/performance.md).
 inline constexpr std::int64_t kAttendChunk = 32;
 
 /// Floats of scratch that `attend` needs for `heads` query heads of width `head_dim`: the
