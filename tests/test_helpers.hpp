@@ -48,6 +48,9 @@ std::string storage_name() {
 struct ReferenceResult {
   std::vector<double> out;
   double lse = -std::numeric_limits<double>::infinity();
+  /// max over channels of sum_j p_j |v_ji|: the size of the terms each output channel sums.
+  /// An f32 sum's rounding error scales with it, not with the sum itself, which can cancel.
+  double term_magnitude = 0.0;
 };
 
 inline ReferenceResult reference_attention(const float* query, std::int64_t head_dim,
@@ -70,14 +73,18 @@ inline ReferenceResult reference_attention(const float* query, std::int64_t head
     max = std::max(max, s);
   }
   double sum = 0.0;
+  std::vector<double> magnitude(static_cast<std::size_t>(head_dim), 0.0);
   for (std::size_t j = 0; j < positions.size(); ++j) {
     const double w = std::exp(scores[j] - max);
     sum += w;
-    for (std::int64_t i = 0; i < head_dim; ++i)
-      r.out[static_cast<std::size_t>(i)] +=
-          w * values[static_cast<std::size_t>(positions[j] * row_stride + i)];
+    for (std::int64_t i = 0; i < head_dim; ++i) {
+      const double v = values[static_cast<std::size_t>(positions[j] * row_stride + i)];
+      r.out[static_cast<std::size_t>(i)] += w * v;
+      magnitude[static_cast<std::size_t>(i)] += w * std::abs(v);
+    }
   }
   for (double& x : r.out) x /= sum;
+  for (double m : magnitude) r.term_magnitude = std::max(r.term_magnitude, m / sum);
   r.lse = max + std::log(sum);
   return r;
 }
@@ -89,6 +96,15 @@ inline double max_relative_error(const float* got, const std::vector<double>& wa
   for (double w : want) scale = std::max(scale, std::abs(w));
   for (std::size_t i = 0; i < want.size(); ++i) err = std::max(err, std::abs(got[i] - want[i]));
   return err / scale;
+}
+
+/// max_i |a_i - b_i| / the reference's term magnitude: the error of an attention output relative
+/// to the size of what its f32 sums add up (see ReferenceResult::term_magnitude).
+inline double max_error_per_term_magnitude(const float* got, const ReferenceResult& want) {
+  double err = 0.0;
+  for (std::size_t i = 0; i < want.out.size(); ++i)
+    err = std::max(err, std::abs(got[i] - want.out[i]));
+  return err / std::max(want.term_magnitude, 1e-30);
 }
 
 }  // namespace amc::test

@@ -381,6 +381,12 @@ TEST_CASE("a random KV cache fill gives a long context to decode from", "[qwen2]
   CHECK(session.positions() == 5000);
   const KvCache& cache = session.cache();
   CHECK(cache.summaries(1, 1)->positions() == 5000);
+  // Each KV head's rows start on a cache line (the kernel's row loads then never split).
+  for (std::int64_t head = 0; head < cache.kv_heads(); ++head) {
+    const auto view = cache.view<amc::bf16>(1, head, 5000);
+    CHECK(reinterpret_cast<std::uintptr_t>(view.key(0)) % amc::kCacheLine == 0);
+    CHECK(reinterpret_cast<std::uintptr_t>(view.value(0)) % amc::kCacheLine == 0);
+  }
   std::vector<float> logits(static_cast<std::size_t>(checkpoint.config().vocab_size));
   const StepStats& stats = session.decode(5, logits);
   CHECK(session.positions() == 5001);

@@ -248,6 +248,26 @@ TEMPLATE_TEST_CASE("block summaries: incremental appends equal a rebuild and a r
   }
 }
 
+TEST_CASE("summaries keep their rows on cache lines", "[summaries]") {
+  // The selectors read mean keys (and channel bounds) with 64-byte vector loads; rows that
+  // straddle cache lines made scoring 1.6x slower (docs/performance.md).
+  const std::int64_t head_dim = 64;
+  BlockSummaries summaries(32, head_dim, {.channel_bounds = true});
+  const auto key = test::random_floats(static_cast<std::size_t>(head_dim));
+  for (std::int64_t p = 0; p < 5000; ++p) {  // grows through several reallocations
+    summaries.append(std::span<const float>(key));
+    if (p % 997 == 0 || p == 4999) {
+      CAPTURE(p);
+      REQUIRE(reinterpret_cast<std::uintptr_t>(summaries.mean_keys().data()) % kCacheLine == 0);
+      REQUIRE(reinterpret_cast<std::uintptr_t>(summaries.channel_min().data()) % kCacheLine == 0);
+      REQUIRE(reinterpret_cast<std::uintptr_t>(summaries.channel_max().data()) % kCacheLine == 0);
+    }
+  }
+  AlignedVector<float> small(3), large(1 << 20);
+  REQUIRE(reinterpret_cast<std::uintptr_t>(small.data()) % kCacheLine == 0);
+  REQUIRE(reinterpret_cast<std::uintptr_t>(large.data()) % kCacheLine == 0);
+}
+
 TEST_CASE("block summary memory is 1/B of the keys in f32 for means only", "[summaries]") {
   const test::TestCache<bf16> cache(4096, 64);
   const auto means = BlockSummaries::build(cache.view(), 32);

@@ -3,6 +3,7 @@
 // keys kept up to date as positions are appended (for block-sparse decode).
 #pragma once
 
+#include <amc/aligned.hpp>
 #include <amc/attention/block_summaries.hpp>
 #include <amc/kv_view.hpp>
 #include <amc/storage.hpp>
@@ -86,8 +87,9 @@ class KvCache {
   std::int64_t positions_ = 0;
   std::int64_t capacity_ = 0;
   // [layers * kv_heads] buffers of [capacity, head_dim]; only the dtype's pair is used.
-  std::vector<std::vector<bf16>> keys_bf16_, values_bf16_;
-  std::vector<std::vector<float>> keys_f32_, values_f32_;
+  // Cache-line aligned, so the attention kernel's row loads never straddle two lines.
+  std::vector<AlignedVector<bf16>> keys_bf16_, values_bf16_;
+  std::vector<AlignedVector<float>> keys_f32_, values_f32_;
   std::vector<BlockSummaries> summaries_;  // [layers * kv_heads] or empty
 };
 

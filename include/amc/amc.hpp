@@ -1,6 +1,7 @@
 // amc: attention-mass-aware sparse decoding. Umbrella header of the public API.
 #pragma once
 
+#include "amc/aligned.hpp"
 #include "amc/attention/block_summaries.hpp"
 #include "amc/attention/decode.hpp"
 #include "amc/attention/layer_decode.hpp"

@@ -17,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "amc/aligned.hpp"
 #include "amc/error.hpp"
 #include "amc/kv_view.hpp"
 #include "amc/storage.hpp"
@@ -203,9 +204,10 @@ class BlockSummaries {
   std::int64_t head_dim_ = 0;
   SummaryOptions options_;
   std::int64_t positions_ = 0;
-  std::vector<float> means_;           // [blocks, head_dim]
-  std::vector<float> channel_min_;     // [blocks, head_dim] if channel_bounds
-  std::vector<float> channel_max_;     // [blocks, head_dim] if channel_bounds
+  // Cache-line aligned: the selectors read them row by row with vector loads.
+  AlignedVector<float> means_;         // [blocks, head_dim]
+  AlignedVector<float> channel_min_;   // [blocks, head_dim] if channel_bounds
+  AlignedVector<float> channel_max_;   // [blocks, head_dim] if channel_bounds
   std::vector<float> value_norm_max_;  // [blocks] if value_norms
   std::vector<double> open_sum_;       // [head_dim] running key sum of the last block
 };

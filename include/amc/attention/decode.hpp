@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "amc/aligned.hpp"
 #include "amc/attention/block_summaries.hpp"
 #include "amc/attention/selectors.hpp"
 #include "amc/attention/softmax_state.hpp"
@@ -55,11 +56,11 @@ struct HeadResult {
 
 /// A decode-attention operator over KV views of type View.
 template <class Op, class View>
-concept DecodeOperator =
-    KvViewLike<View> && requires(Op& op, const ConstMatrixRef& queries, const KvHead<View>& head,
-                                 MatrixRef out, std::span<HeadResult> results) {
-      { op.decode(queries, head, out, results) } -> std::same_as<void>;
-    };
+concept DecodeOperator = KvViewLike<View> &&
+    requires(Op& op, const ConstMatrixRef& queries, const KvHead<View>& head, MatrixRef out,
+             std::span<HeadResult> results) {
+  { op.decode(queries, head, out, results) } -> std::same_as<void>;
+};
 
 namespace detail {
 
@@ -83,8 +84,8 @@ void check_decode_shapes(const char* where, const ConstMatrixRef& queries, const
 
 /// Reusable scratch of an operator: scaled queries, softmax state and kernel scratch.
 struct DecodeWorkspace {
-  std::vector<float> scaled_queries;  // [heads, head_dim]
-  std::vector<float> kernel_scratch;  // kernels::attend_scratch_floats(heads, head_dim)
+  AlignedVector<float> scaled_queries;  // [heads, head_dim]
+  AlignedVector<float> kernel_scratch;  // kernels::attend_scratch_floats(heads, head_dim)
   SoftmaxState state;
 
   void prepare(const ConstMatrixRef& queries, float scale) {
@@ -93,14 +94,16 @@ struct DecodeWorkspace {
     for (std::int64_t h = 0; h < heads; ++h)
       for (std::int64_t i = 0; i < head_dim; ++i)
         scaled_queries[static_cast<std::size_t>(h * head_dim + i)] = queries(h, i) * scale;
-    kernel_scratch.resize(static_cast<std::size_t>(kernels::attend_scratch_floats(heads, head_dim)));
+    kernel_scratch.resize(
+        static_cast<std::size_t>(kernels::attend_scratch_floats(heads, head_dim)));
     state.resize(heads, head_dim);
   }
 };
 
 /// Hints the first rows (one kernel chunk) of `range` into cache; a no-op without GCC/Clang.
 template <KvViewLike View>
-void prefetch_range_start([[maybe_unused]] const View& kv, [[maybe_unused]] const PositionRange& range) {
+void prefetch_range_start([[maybe_unused]] const View& kv,
+                          [[maybe_unused]] const PositionRange& range) {
 #if defined(__GNUC__)
   using T = typename View::value_type;
   constexpr std::int64_t kLine = 64 / static_cast<std::int64_t>(sizeof(T));  // elements per line
@@ -116,8 +119,8 @@ void prefetch_range_start([[maybe_unused]] const View& kv, [[maybe_unused]] cons
 
 /// Folds the ranges of `support` into heads [first_head, first_head + count) of ws.state.
 template <KvViewLike View>
-void attend_support(const View& kv, std::span<const PositionRange> ranges,
-                    std::int64_t first_head, std::int64_t count, DecodeWorkspace& ws) {
+void attend_support(const View& kv, std::span<const PositionRange> ranges, std::int64_t first_head,
+                    std::int64_t count, DecodeWorkspace& ws) {
   using T = typename View::value_type;
   const auto attend = kernels::active().attend[kernels::index_of(storage_type_of<T>)];
   kernels::AttendArgs args = ws.state.attend_args(first_head, count);
@@ -150,8 +153,8 @@ inline bool result_is_finite(std::span<const float> row, float lse, std::int64_t
     non_finite |=
         static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(x) & kExponent) == kExponent);
   }
-  const bool lse_ok = std::isfinite(lse) ||
-                      (positions_read == 0 && lse == -std::numeric_limits<float>::infinity());
+  const bool lse_ok =
+      std::isfinite(lse) || (positions_read == 0 && lse == -std::numeric_limits<float>::infinity());
   return non_finite == 0 && lse_ok;
 }
 
@@ -177,14 +180,15 @@ void decode_support(const ConstMatrixRef& queries, const View& kv, const Support
                     float scale, MatrixRef out, std::span<HeadResult> results) {
   constexpr const char* where = "amc::decode_support";
   detail::check_decode_shapes(where, queries, kv, out, results);
-  AMC_CHECK(support.end() <= kv.positions(), where, "support reaches position ",
-            support.end() - 1, " but the KV view has ", kv.positions(), " positions");
+  AMC_CHECK(support.end() <= kv.positions(), where, "support reaches position ", support.end() - 1,
+            " but the KV view has ", kv.positions(), " positions");
   AMC_CHECK(scale > 0.0f && std::isfinite(scale), where, "scale must be positive and finite, got ",
             scale);
   thread_local detail::DecodeWorkspace ws;
   ws.prepare(queries, scale);
   detail::attend_support(kv, support.ranges(), 0, queries.rows(), ws);
-  for (std::int64_t h = 0; h < queries.rows(); ++h) detail::finish(ws, h, support.size(), out, results);
+  for (std::int64_t h = 0; h < queries.rows(); ++h)
+    detail::finish(ws, h, support.size(), out, results);
 }
 
 /// Dense decode: every query head of the group over every cached position.
@@ -238,7 +242,9 @@ class BlockSparseDecode {
     return selected_[static_cast<std::size_t>(head)];
   }
   /// Support read by query head h at the last call.
-  const Support& support(std::int64_t head) const { return supports_[static_cast<std::size_t>(head)]; }
+  const Support& support(std::int64_t head) const {
+    return supports_[static_cast<std::size_t>(head)];
+  }
   /// [heads, blocks] selector scores of the last call (row h for query head h).
   std::span<const float> block_scores() const { return block_scores_; }
 
@@ -249,7 +255,7 @@ class BlockSparseDecode {
   /// \param head    the KV head; head.summaries must cover exactly head.kv's positions with
   ///                block_size == config().block_size
   template <KvViewLike View>
-    requires BlockSelector<Selector, View>
+  requires BlockSelector<Selector, View>
   void select(const ConstMatrixRef& queries, const KvHead<View>& head) {
     constexpr const char* where = "amc::BlockSparseDecode::select";
     const View& kv = head.kv;
@@ -325,7 +331,7 @@ class BlockSparseDecode {
   /// \param out     [heads, head_dim] f32
   /// \param results [heads]
   template <KvViewLike View>
-    requires BlockSelector<Selector, View>
+  requires BlockSelector<Selector, View>
   void decode(const ConstMatrixRef& queries, const KvHead<View>& head, MatrixRef out,
               std::span<HeadResult> results) {
     detail::check_decode_shapes("amc::BlockSparseDecode::decode", queries, head.kv, out, results);
@@ -350,8 +356,8 @@ class BlockSparseDecode {
   Selector selector_;
   detail::DecodeWorkspace workspace_;
   std::span<float> scores_of(std::int64_t head, std::int64_t blocks) {
-    return std::span(block_scores_).subspan(static_cast<std::size_t>(head * blocks),
-                                            static_cast<std::size_t>(blocks));
+    return std::span(block_scores_)
+        .subspan(static_cast<std::size_t>(head * blocks), static_cast<std::size_t>(blocks));
   }
 
   std::vector<float> block_scores_;     // [heads, blocks]

@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "amc/aligned.hpp"
 #include "amc/error.hpp"
 #include "amc/kernels/kernel_table.hpp"
 
@@ -135,7 +136,7 @@ class SoftmaxState {
   std::int64_t head_dim_ = 0;
   std::vector<float> max_;
   std::vector<float> sum_;
-  std::vector<float> accumulator_;  // [heads, head_dim]
+  AlignedVector<float> accumulator_;  // [heads, head_dim]
 };
 
 }  // namespace amc

@@ -23,10 +23,11 @@ namespace amc::kernels {
 inline constexpr std::int64_t kAttendChunk = 32;
 
 /// Floats of scratch that `attend` needs for `heads` query heads of width `head_dim`: the
-/// chunk's scores [heads, kAttendChunk] and one chunk of rows converted to f32
-/// [kAttendChunk, head_dim] (8 KiB at head_dim 64, so it stays in L1).
+/// chunk's scores [heads, kAttendChunk], one chunk of rows converted to f32
+/// [kAttendChunk, head_dim] (8 KiB at head_dim 64, so it stays in L1) and one rescale factor
+/// per head.
 constexpr std::int64_t attend_scratch_floats(std::int64_t heads, std::int64_t head_dim) {
-  return heads * kAttendChunk + kAttendChunk * head_dim;
+  return heads * kAttendChunk + kAttendChunk * head_dim + heads;
 }
 
 /// One run of rows for the fused online-softmax attention kernel.
