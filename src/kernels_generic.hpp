@@ -2,6 +2,7 @@
 //   Ops::name, Ops::kLanes,
 //   Ops::dot<T>(q, x, n), Ops::axpy(alpha, x, y, n) (f32 x), Ops::load<T>(x, y, n),
 //   Ops::max(x, n), Ops::exp_sum(x, n, shift), Ops::scale(y, alpha, n),
+//   Ops::first_above(x, n, threshold),
 //   Ops::channel_bound_row(q, lo, hi, n).
 // Included by one translation unit per instruction set (kernels_scalar.cpp, kernels_sse2.cpp,
 // ...); everything here has internal linkage so the per-ISA copies never merge at link time.
@@ -145,6 +146,7 @@ KernelTable make_table() {
   table.exp_sum = &Ops::exp_sum;
   table.scale = &Ops::scale;
   table.stream_sum = &Ops::stream_sum;
+  table.first_above = &Ops::first_above;
   table.channel_bound = &channel_bound_entry<Ops>;
   return table;
 }
@@ -171,6 +173,11 @@ struct ScalarOps {
     float m = -std::numeric_limits<float>::infinity();
     for (std::int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
     return m;
+  }
+  static std::int64_t first_above(const float* x, std::int64_t n, float threshold) {
+    std::int64_t i = 0;
+    while (i < n && !(x[i] > threshold)) ++i;
+    return i;
   }
   static float exp_sum(float* x, std::int64_t n, float shift) {
     float sum = 0.0f;

@@ -120,6 +120,18 @@ struct SimdOps {
     return std::max(m, ScalarOps::max(x + i, n - i));
   }
 
+  static std::int64_t first_above(const float* x, std::int64_t n, float threshold) {
+    // One compare per W elements; a top-k scan rejects almost every block, so it mostly runs
+    // here rather than in the scalar tail.
+    const Batch t(threshold);
+    std::int64_t i = 0;
+    for (; i + W <= n; i += W) {
+      const auto above = Batch::load_unaligned(x + i) > t;  // false for NaN, as in the tail
+      if (xsimd::any(above)) break;
+    }
+    return i + ScalarOps::first_above(x + i, n - i, threshold);
+  }
+
   static float exp_sum(float* x, std::int64_t n, float shift) {
     const Batch s(shift);
     Batch acc(0.0f);

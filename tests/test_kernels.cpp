@@ -154,6 +154,45 @@ TEST_CASE("max, exp_sum, stream_sum, scale and channel_bound match double loops"
   }
 }
 
+TEST_CASE("first_above finds the first element above a threshold", "[kernels]") {
+  // A single element above the threshold placed at every index (or none), amid values at or
+  // below it, NaNs and -inf; thresholds -inf and +inf too.
+  for (const KernelTable* table : kernels::available()) {
+    for (std::int64_t offset = 0; offset < kMisalignments; ++offset) {
+      for (std::int64_t n : lengths()) {
+        for (std::int64_t hit = 0; hit <= n; ++hit) {
+          CAPTURE(table->name, offset, n, hit);
+          std::vector<float> buffer(static_cast<std::size_t>(n + offset));
+          float* x = buffer.data() + offset;
+          for (std::int64_t i = 0; i < n; ++i) {
+            x[i] = i % 3 == 0 ? NAN : (i % 3 == 1 ? 1.0f : -INFINITY);  // none above 1
+          }
+          if (hit < n) x[hit] = std::nextafter(1.0f, 2.0f);
+          std::int64_t want = n;
+          for (std::int64_t i = 0; i < n; ++i) {
+            if (x[i] > 1.0f) {
+              want = i;
+              break;
+            }
+          }
+          REQUIRE(want == hit);  // the setup does what it says
+          REQUIRE(table->first_above(x, n, 1.0f) == want);
+          if (hit == n) continue;
+          std::int64_t want_any = n;  // everything but NaN is above -inf
+          for (std::int64_t i = 0; i < n; ++i) {
+            if (x[i] > -INFINITY) {
+              want_any = i;
+              break;
+            }
+          }
+          REQUIRE(table->first_above(x, n, -INFINITY) == want_any);
+          REQUIRE(table->first_above(x, n, INFINITY) == n);
+        }
+      }
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("fused attend and score_rows match a double reference", "[kernels]", float,
                    amc::bf16, amc::f16) {
   using T = TestType;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "amc/amc.hpp"
@@ -200,6 +201,45 @@ TEST_CASE("top-k ranks NaN last and keeps indices sorted", "[selectors]") {
   REQUIRE(top == std::vector<std::int64_t>{1, 2, 3});
   select_top_k(scores, CandidateBlocks{0, 6, 0, 0}, 0, top);
   REQUIRE(top.empty());
+}
+
+TEST_CASE("top-k equals sorting by (score desc, index asc) on ties, NaN and infinities",
+          "[selectors]") {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> level(0, 9);  // few distinct values: many ties
+  for (std::int64_t n : {1, 2, 15, 16, 17, 40, 100, 513, 4096}) {
+    for (std::int64_t k : {1, 2, 5, 16, 31}) {
+      for (int trial = 0; trial < 4; ++trial) {
+        std::vector<float> scores(static_cast<std::size_t>(n));
+        for (float& x : scores) {
+          const int l = level(rng);
+          x = l == 0 ? NAN
+                     : (l == 1 ? -INFINITY
+                               : (l == 9 && trial == 3 ? INFINITY : 0.5f * static_cast<float>(l)));
+        }
+        if (trial == 2) {  // decreasing (NaN as -inf): later blocks never get in
+          std::sort(scores.begin(), scores.end(), [](float a, float b) {
+            return (std::isnan(a) ? -INFINITY : a) > (std::isnan(b) ? -INFINITY : b);
+          });
+        }
+        const CandidateBlocks c{n / 5, n - n / 7, 0, 0};
+        CAPTURE(n, k, trial, c.first, c.last);
+        std::vector<std::int64_t> order;
+        for (std::int64_t b = c.first; b < c.last; ++b) order.push_back(b);
+        auto rank_key = [&](std::int64_t b) {
+          const float x = scores[static_cast<std::size_t>(b)];
+          return std::isnan(x) ? -INFINITY : x;
+        };
+        std::stable_sort(order.begin(), order.end(),
+                         [&](std::int64_t a, std::int64_t b) { return rank_key(a) > rank_key(b); });
+        order.resize(static_cast<std::size_t>(std::min<std::int64_t>(k, c.count())));
+        std::sort(order.begin(), order.end());
+        std::vector<std::int64_t> top;
+        select_top_k(scores, c, k, top);
+        REQUIRE(top == order);
+      }
+    }
+  }
 }
 
 TEMPLATE_TEST_CASE("block summaries: incremental appends equal a rebuild and a reference",

@@ -217,13 +217,25 @@ inline void select_top_k(std::span<const float> scores, const CandidateBlocks& c
   for (std::int64_t b = candidates.first; b < candidates.first + k; ++b) selected.push_back(b);
   std::make_heap(selected.begin(), selected.end(), before);
   float worst = key(selected.front());
+  // The scan for the next block that beats the worst kept one is a vector compare
+  // (first_above); NaN never beats it, matching key(NaN) = -inf.
+  const auto first_above = kernels::active().first_above;
   for (std::int64_t b = candidates.first + k; b < candidates.last; ++b) {
-    if (key(b) > worst) {
-      std::pop_heap(selected.begin(), selected.end(), before);
-      selected.back() = b;
-      std::push_heap(selected.begin(), selected.end(), before);
-      worst = key(selected.front());
+    b += first_above(scores.data() + b, candidates.last - b, worst);
+    if (b == candidates.last) break;
+    // b replaces the top (the worst kept block), sifted down to restore the heap: one pass
+    // where pop_heap plus push_heap take two.
+    std::size_t hole = 0;
+    for (;;) {
+      std::size_t child = 2 * hole + 1;
+      if (child >= selected.size()) break;
+      if (child + 1 < selected.size() && before(selected[child], selected[child + 1])) ++child;
+      if (!before(b, selected[child])) break;  // b ranks after its later-ranked child
+      selected[hole] = selected[child];
+      hole = child;
     }
+    selected[hole] = b;
+    worst = key(selected.front());
   }
   std::sort(selected.begin(), selected.end());
 }

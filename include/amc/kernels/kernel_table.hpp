@@ -63,6 +63,8 @@ struct KernelTable {
   float (*exp_sum)(float* x, std::int64_t n, float shift) = nullptr;
   /// y *= alpha over n elements.
   void (*scale)(float* y, float alpha, std::int64_t n) = nullptr;
+  /// The first i < n with x[i] > threshold (false for NaN), or n when there is none.
+  std::int64_t (*first_above)(const float* x, std::int64_t n, float threshold) = nullptr;
   /// Sum of n floats with independent accumulators: a plain streaming read, the memory
   /// bandwidth baseline of the benchmarks (the sum only keeps the reads from being elided).
   float (*stream_sum)(const float* x, std::int64_t n) = nullptr;
