@@ -76,6 +76,7 @@ struct KvRing {
   std::int64_t copies = 0;
   std::unique_ptr<HugeBuffer<T>> keys_buffer, values_buffer;  // [copies, positions, head_dim]
   std::vector<BlockSummaries> summaries;
+  std::vector<Support> supports;  // per copy, what selection picks (see selected_supports)
   std::int64_t next = 0;
 
   explicit KvRing(std::int64_t n) : positions(n) {
@@ -202,6 +203,69 @@ void BM_Select(benchmark::State& state) {
   state.counters["blocks_scored"] = static_cast<double>(kv.summaries[0].blocks());
 }
 
+/// The support that BM_SparseDecode's selection picks on each copy of the ring, computed once.
+template <KvStorage T>
+void selected_supports(KvRing<T>& kv) {
+  if (!kv.supports.empty()) return;
+  const RowMatrix queries = group_queries();
+  BlockSparseDecode<> sparse(sparse_config());
+  for (std::int64_t c = 0; c < kv.copies; ++c) {
+    sparse.select(queries, KvHead<KvView<T>>{kv.view(c), &kv.summaries[c]});
+    kv.supports.push_back(sparse.support(0));
+  }
+}
+
+/// Block-sparse attention without the selection: decode_support over the support selection
+/// picks (BM_SparseDecode minus BM_Select, measured directly).
+template <KvStorage T>
+void BM_AttendSupport(benchmark::State& state) {
+  auto& kv = ring<T>(state.range(0));
+  selected_supports(kv);
+  const RowMatrix queries = group_queries();
+  RowMatrix out(kGroupHeads, kHeadDim);
+  std::vector<HeadResult> results(kGroupHeads);
+  const float scale = 1.0f / 8.0f;
+  std::int64_t bytes = 0;
+  for (auto _ : state) {
+    const std::int64_t c = kv.advance();
+    const Support& support = kv.supports[static_cast<std::size_t>(c)];
+    decode_support(queries, kv.view(c), support, scale, out, results);
+    benchmark::DoNotOptimize(out.data());
+    bytes += support.size() * row_bytes<T>();
+  }
+  state.SetBytesProcessed(bytes);
+}
+
+/// The memory floor of sparse decode: a plain SIMD read of exactly the bytes BM_SparseDecode
+/// touches, in its order (every mean key, then each support range's keys and values), with the
+/// support that selection picks on each copy. No arithmetic: this is what the memory system
+/// needs for the scattered pattern, which short ranges make slower than a stream (each range
+/// starts with a miss the hardware prefetcher has not seen coming).
+template <KvStorage T>
+void BM_SupportRead(benchmark::State& state) {
+  auto& kv = ring<T>(state.range(0));
+  const auto& table = kernels::active();
+  selected_supports(kv);
+  constexpr std::int64_t kRowFloats = kHeadDim * static_cast<std::int64_t>(sizeof(T)) / 4;
+  std::int64_t bytes = 0;
+  for (auto _ : state) {
+    const std::int64_t c = kv.advance();
+    const auto view = kv.view(c);
+    const auto means = kv.summaries[c].mean_keys();
+    float sum = table.stream_sum(means.data(), means.size());
+    for (const PositionRange& r : kv.supports[static_cast<std::size_t>(c)].ranges()) {
+      sum += table.stream_sum(reinterpret_cast<const float*>(view.key(r.begin)),
+                              r.size() * kRowFloats);
+      sum += table.stream_sum(reinterpret_cast<const float*>(view.value(r.begin)),
+                              r.size() * kRowFloats);
+      bytes += r.size() * row_bytes<T>();
+    }
+    bytes += means.size() * 4;
+    benchmark::DoNotOptimize(sum);
+  }
+  state.SetBytesProcessed(bytes);
+}
+
 /// The same operators on one cache copy, read again and again: once it sits in L2/L3 this is
 /// the operators' compute cost alone, which together with the cold (ring) numbers separates
 /// arithmetic from memory time.
@@ -290,10 +354,12 @@ const std::vector<std::int64_t> kContexts = {2048, 8192, 16384, 65536, 131072};
 template <KvStorage T>
 void register_contexts(const std::string& suffix) {
   for (const std::int64_t n : kContexts) {
-    for (auto [name, fn] : {std::pair{"BM_StreamRead", &BM_StreamRead<T>},
-                            std::pair{"BM_DenseDecode", &BM_DenseDecode<T>},
-                            std::pair{"BM_SparseDecode", &BM_SparseDecode<T>},
-                            std::pair{"BM_Select", &BM_Select<T>}}) {
+    for (auto [name, fn] :
+         {std::pair{"BM_StreamRead", &BM_StreamRead<T>},
+          std::pair{"BM_DenseDecode", &BM_DenseDecode<T>},
+          std::pair{"BM_SparseDecode", &BM_SparseDecode<T>}, std::pair{"BM_Select", &BM_Select<T>},
+          std::pair{"BM_SupportRead", &BM_SupportRead<T>},
+          std::pair{"BM_AttendSupport", &BM_AttendSupport<T>}}) {
       benchmark::RegisterBenchmark((name + suffix).c_str(), fn)
           ->Arg(n)
           ->UseRealTime()
