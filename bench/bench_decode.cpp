@@ -10,6 +10,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -323,6 +324,48 @@ void BM_Hot(benchmark::State& state) {
   state.counters["positions_read"] = static_cast<double>(results[0].positions_read);
 }
 
+/// The score kernel alone on cache-resident f32 rows (7 heads x 512 rows, the selector's
+/// shape), with the rows starting range(0) bytes past a cache line: 0 is what amc's aligned
+/// buffers give, 16 what a plain std::vector gives for large allocations (every 64-byte load
+/// then straddles two lines). Items are rows.
+void BM_ScoreRows(benchmark::State& state) {
+  constexpr std::int64_t kRows = 512;
+  const auto offset_floats = static_cast<std::size_t>(state.range(0)) / sizeof(float);
+  AlignedVector<float> storage(kRows * kHeadDim + kCacheLine / sizeof(float));
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : storage) x = normal(rng);
+  const float* rows = storage.data() + offset_floats;
+  const RowMatrix queries = group_queries();
+  std::vector<float> out(kGroupHeads * kRows);
+  const auto score_rows = kernels::active().score_rows[kernels::index_of(StorageType::f32)];
+  for (auto _ : state) {
+    score_rows(queries.data(), kGroupHeads, kHeadDim, rows, kHeadDim, kRows, out.data(), kRows);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kRows);
+}
+
+/// Memory latency: a dependent chain of loads visiting the lines of a 256 MiB buffer (2 MiB
+/// pages) in random order. Time per iteration is one load's latency.
+void BM_MemoryLatency(benchmark::State& state) {
+  constexpr std::size_t kLines = (std::size_t{256} << 20) / 64;
+  static HugeBuffer<std::uint64_t>* chain = [] {
+    auto* buffer = new HugeBuffer<std::uint64_t>(kLines * 8);
+    std::vector<std::uint32_t> order(kLines);
+    for (std::size_t i = 0; i < kLines; ++i) order[i] = static_cast<std::uint32_t>(i);
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(13));
+    for (std::size_t i = 0; i < kLines; ++i)  // each line holds the index of the next one
+      (*buffer)[std::size_t{order[i]} * 8] = std::size_t{order[(i + 1) % kLines]} * 8;
+    return buffer;
+  }();
+  std::uint64_t at = 0;
+  for (auto _ : state) {
+    at = (*chain)[at];
+    benchmark::DoNotOptimize(at);
+  }
+}
+
 void BM_SummaryAppend(benchmark::State& state) {
   const std::int64_t capacity = 1 << 16;
   std::vector<bf16> keys(static_cast<std::size_t>(capacity * kHeadDim)), values(keys.size());
@@ -402,10 +445,10 @@ void register_contexts(const std::string& suffix) {
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
     }
-    for (auto [name, fn] : {std::pair{"BM_SparseDecode", &BM_SparseDecode<T>},
-                            std::pair{"BM_Select", &BM_Select<T>},
-                            std::pair{"BM_SupportRead", &BM_SupportRead<T>},
-                            std::pair{"BM_AttendSupport", &BM_AttendSupport<T>}}) {
+    for (auto [name, fn] :
+         {std::pair{"BM_SparseDecode", &BM_SparseDecode<T>}, std::pair{"BM_Select", &BM_Select<T>},
+          std::pair{"BM_SupportRead", &BM_SupportRead<T>},
+          std::pair{"BM_AttendSupport", &BM_AttendSupport<T>}}) {
       benchmark::RegisterBenchmark((name + suffix).c_str(), fn)
           ->Arg(n)
           ->Iterations(kColdIterations)
@@ -425,6 +468,12 @@ int main(int argc, char** argv) {
                              std::tuple{"BM_SparseDecodeHot", &BM_Hot<amc::bf16, true>, 16384}}) {
     benchmark::RegisterBenchmark(name, fn)->Arg(n)->UseRealTime()->Unit(benchmark::kMicrosecond);
   }
+  benchmark::RegisterBenchmark("BM_ScoreRows", BM_ScoreRows)
+      ->ArgName("offset_bytes")
+      ->Arg(0)
+      ->Arg(16)
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("BM_MemoryLatency", BM_MemoryLatency)->Unit(benchmark::kNanosecond);
   benchmark::RegisterBenchmark("BM_SummaryAppend", BM_SummaryAppend)
       ->ArgName("all_stats")
       ->Arg(0)
