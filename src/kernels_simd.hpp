@@ -451,7 +451,8 @@ struct BlockedOps : SimdOps<Arch> {
   /// The AVX-512 fold of one chunk's scores ([heads, kAttendChunk], `rows` used) into the
   /// running states, 16 heads at a time: each head's chunk max and chunk sum land in one lane of
   /// a transposing reduction, where fold_chunk_scores reduces every head horizontally in a
-  /// serial chain (max, then exp, then sum: 22% of the hot dense kernel's time). Scores past
+  /// serial chain (max, then exp, then sum; 22% of the hot dense kernel's profile, and the hot
+  /// kernel about 5% faster without it: docs/performance.md). Scores past
   /// `rows` are set to -inf, which changes no max and adds exp(-inf) = 0 to no sum. The
   /// accumulators' rescale factors (1 where a head's max did not grow) go to rescale[heads], for
   /// accumulate_values to apply as it loads them.

@@ -2,9 +2,9 @@
 //
 // A 64-byte vector load that straddles two cache lines costs two loads. std::vector's memory is
 // only 16-byte aligned (large blocks come from mmap at page + 16), so rows of f32 mean keys or
-// widened keys in such a vector split on every load: the scoring kernel ran at 8.1 ns per row
-// instead of 4.9 for 7 heads at head_dim 64 (docs/performance.md). Buffers that kernels read
-// row by row are therefore allocated on 64-byte boundaries.
+// widened keys in such a vector split on every load: the scoring kernel takes 8.0 ns per row
+// instead of 5.0 for 7 heads at head_dim 64 (BM_ScoreRows, docs/performance.md). Buffers that
+// kernels read row by row are therefore allocated on 64-byte boundaries.
 #pragma once
 
 #include <cstddef>
