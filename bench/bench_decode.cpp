@@ -4,8 +4,10 @@
 // Every benchmark reads from a ring of independent copies of the KV head whose total size is
 // several times the last-level cache, stepping to the next copy each iteration: each call sees
 // cold memory, as a decode step does when it comes back to a layer's cache after the rest of
-// the model has run. Bytes processed count what each call actually touches, so bytes/s compares
-// directly with BM_StreamRead, a plain SIMD read of the same bytes.
+// the model has run. Sparse calls touch so little of each copy that the ring alone would leave
+// their data in L3, so they also evict it before each call (evict_last_level_cache). Bytes
+// processed count what each call actually touches, so bytes/s compares directly with
+// BM_StreamRead, a plain SIMD read of the same bytes.
 #include <benchmark/benchmark.h>
 
 #include <sys/mman.h>
