@@ -296,30 +296,89 @@ struct BlockedOps : SimdOps<Arch> {
     return transpose_sum<Arch>(acc);
   }
 
+  /// Rows per tile of a long scan (the mean keys of a long cache): 256 rows of f32 at head_dim
+  /// 64 are 64 KiB, which L2 holds next to the tile being scored. Scans of at least four tiles
+  /// are tiled: measured faster cold at 2048 and 4096 rows (65536 and 131072 positions at block
+  /// 32); 128-row tiles gained nothing at 512 rows, and on rows already in cache the extra read
+  /// costs about 1.1 us per 512 rows (docs/performance.md).
+  static constexpr std::int64_t kTouchRows = 256;
+  static constexpr std::int64_t kTouchMinRows = 4 * kTouchRows;
+
+  /// Reads every cache line of `count` rows with plain vector loads (integer ORs, so no
+  /// floating-point assist on whatever bits the rows hold). A tight run of independent loads
+  /// keeps many misses in flight and the hardware prefetcher at full rate, where the scoring
+  /// loop, dense in arithmetic, has few loads in its window at a time.
+  template <KvStorage T>
+  static void touch_rows(const T* rows, std::ptrdiff_t stride, std::int64_t count,
+                         std::int64_t head_dim) {
+    using Bits = xsimd::batch<std::int32_t, Arch>;
+    constexpr std::int64_t kLine = 64 / static_cast<std::int64_t>(sizeof(T));  // elements per line
+    const auto line = [](const T* p) {
+      return Bits::load_unaligned(reinterpret_cast<const std::int32_t*>(p));
+    };
+    Bits a(0), b(0), c(0), d(0);
+    if (stride == head_dim) {  // one run of count * head_dim elements: four lines per step
+      const std::int64_t n = count * head_dim;
+      std::int64_t i = 0;
+      for (; i + 4 * kLine <= n; i += 4 * kLine) {
+        a = a | line(rows + i);
+        b = b | line(rows + i + kLine);
+        c = c | line(rows + i + 2 * kLine);
+        d = d | line(rows + i + 3 * kLine);
+      }
+      for (; i + kLine <= n; i += kLine) a = a | line(rows + i);
+    } else {
+      for (std::int64_t r = 0; r < count; ++r) {
+        for (std::int64_t i = 0; i + kLine <= head_dim; i += kLine)
+          a = a | line(rows + r * stride + i);
+      }
+    }
+    alignas(64) std::int32_t lanes[Bits::size];
+    ((a | b) | (c | d)).store_aligned(lanes);
+    asm volatile("" : : "r"(lanes[0]) : "memory");  // the loads must happen
+  }
+
   template <std::int64_t kDim, KvStorage T>
   static void score_rows_fixed(const float* queries, std::int64_t heads, std::int64_t head_dim,
                                const T* rows, std::ptrdiff_t row_stride, std::int64_t count,
                                float* out, std::ptrdiff_t out_stride) {
     // Row groups outside, heads inside: a group of W rows is read from memory once and stays
     // in L1 while every head scores it (the mean keys of a long cache are read in one pass).
-    std::int64_t r0 = 0;
-    for (; r0 + W <= count; r0 += W) {
-      // Long scans (the mean keys of a long cache) stream from memory: ask two groups ahead.
-      if (r0 + 3 * W <= count)
-        prefetch_rows(rows + (r0 + 2 * W) * row_stride, row_stride, W, head_dim);
-      for (std::int64_t h = 0; h < heads; ++h) {
-        score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride, row_stride,
-                             W)
-            .store_unaligned(out + h * out_stride + r0);
+    auto score_groups = [&](std::int64_t begin, std::int64_t end, bool prefetch) {
+      for (std::int64_t r0 = begin; r0 < end; r0 += W) {
+        if (prefetch && r0 + 3 * W <= end)
+          prefetch_rows(rows + (r0 + 2 * W) * row_stride, row_stride, W, head_dim);
+        for (std::int64_t h = 0; h < heads; ++h) {
+          score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride, row_stride,
+                               W)
+              .store_unaligned(out + h * out_stride + r0);
+        }
       }
+    };
+    const std::int64_t full = count / W * W;  // rows in whole groups
+    if (full >= kTouchMinRows && head_dim * static_cast<std::int64_t>(sizeof(T)) >= 64) {
+      // A long scan from cold memory: read tile t + 1 with plain loads, then score tile t out
+      // of L2. Selection at 131072 positions (4096 rows of mean keys, 7 heads) took 69-73 us
+      // cold this way against 82-92 us scored straight from memory with prefetching.
+      touch_rows(rows, row_stride, std::min(kTouchRows, full), head_dim);
+      for (std::int64_t t0 = 0; t0 < full; t0 += kTouchRows) {
+        const std::int64_t t1 = std::min(t0 + kTouchRows, full);
+        if (t1 < count)
+          touch_rows(rows + t1 * row_stride, row_stride, std::min(kTouchRows, count - t1),
+                     head_dim);
+        score_groups(t0, t1, false);
+      }
+    } else {
+      // Short scans: ask two groups ahead.
+      score_groups(0, full, true);
     }
-    if (r0 < count) {
+    if (full < count) {
       alignas(64) float lanes[W];
       for (std::int64_t h = 0; h < heads; ++h) {
-        score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride, row_stride,
-                             count - r0)
+        score_group<kDim, T>(queries + h * head_dim, head_dim, rows + full * row_stride, row_stride,
+                             count - full)
             .store_aligned(lanes);
-        std::copy_n(lanes, count - r0, out + h * out_stride + r0);
+        std::copy_n(lanes, count - full, out + h * out_stride + full);
       }
     }
   }

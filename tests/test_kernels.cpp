@@ -276,6 +276,43 @@ TEMPLATE_TEST_CASE("fused attend and score_rows match a double reference", "[ker
   }
 }
 
+TEMPLATE_TEST_CASE("score_rows over long scans (read ahead in tiles) matches a double reference",
+                   "[kernels]", float, amc::bf16, amc::f16) {
+  // 1024 rows and more take the tiled path of the blocked kernels (the selector's scan of the
+  // mean keys of a long cache); contiguous and strided rows, whole and partial last groups.
+  using T = TestType;
+  const auto s = kernels::index_of(storage_type_of<T>);
+  for (const KernelTable* table : kernels::available()) {
+    for (std::int64_t head_dim : {16, 64, 128}) {
+      for (std::int64_t count : {1024, 1300, 2049}) {
+        for (std::int64_t extra : {0, 16}) {
+          const std::int64_t heads = 7, stride = head_dim + extra;
+          CAPTURE(table->name, test::storage_name<T>(), head_dim, count, stride);
+          std::vector<float> rows_f;
+          const auto rows = test::to_storage<T>(
+              test::random_floats(static_cast<std::size_t>(count * stride)), &rows_f);
+          const auto queries = test::random_floats(static_cast<std::size_t>(heads * head_dim));
+          std::vector<float> out(static_cast<std::size_t>(heads * count));
+          table->score_rows[s](queries.data(), heads, head_dim, rows.data(), stride, count,
+                               out.data(), count);
+          for (std::int64_t h = 0; h < heads; ++h) {
+            for (std::int64_t r = 0; r < count; ++r) {
+              double want = 0.0, magnitude = 0.0;
+              for (std::int64_t i = 0; i < head_dim; ++i) {
+                const double term =
+                    static_cast<double>(queries[h * head_dim + i]) * rows_f[r * stride + i];
+                want += term;
+                magnitude += std::abs(term);
+              }
+              REQUIRE(std::abs(out[h * count + r] - want) <= sum_tolerance(magnitude, head_dim));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("attend rescales the running state when later chunks raise the max", "[kernels]",
                    float, amc::bf16) {
   // Keys grow along the rows, so (almost) every chunk of the fused kernel raises each head's
