@@ -344,42 +344,54 @@ struct BlockedOps : SimdOps<Arch> {
                                float* out, std::ptrdiff_t out_stride) {
     // Row groups outside, heads inside: a group of W rows is read from memory once and stays
     // in L1 while every head scores it (the mean keys of a long cache are read in one pass).
-    auto score_groups = [&](std::int64_t begin, std::int64_t end, bool prefetch) {
-      for (std::int64_t r0 = begin; r0 < end; r0 += W) {
-        if (prefetch && r0 + 3 * W <= end)
-          prefetch_rows(rows + (r0 + 2 * W) * row_stride, row_stride, W, head_dim);
-        for (std::int64_t h = 0; h < heads; ++h) {
-          score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride, row_stride,
-                               W)
-              .store_unaligned(out + h * out_stride + r0);
-        }
+    std::int64_t r0 = 0;
+    for (; r0 + W <= count; r0 += W) {
+      // Long scans (the mean keys of a long cache) stream from memory: ask two groups ahead.
+      if (r0 + 3 * W <= count)
+        prefetch_rows(rows + (r0 + 2 * W) * row_stride, row_stride, W, head_dim);
+      for (std::int64_t h = 0; h < heads; ++h) {
+        score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride, row_stride,
+                             W)
+            .store_unaligned(out + h * out_stride + r0);
       }
-    };
-    const std::int64_t full = count / W * W;  // rows in whole groups
-    if (full >= kTouchMinRows && head_dim * static_cast<std::int64_t>(sizeof(T)) >= 64) {
-      // A long scan from cold memory: read tile t + 1 with plain loads, then score tile t out
-      // of L2. Selection at 131072 positions (4096 rows of mean keys, 7 heads) took 69-73 us
-      // cold this way against 82-92 us scored straight from memory with prefetching.
-      touch_rows(rows, row_stride, std::min(kTouchRows, full), head_dim);
-      for (std::int64_t t0 = 0; t0 < full; t0 += kTouchRows) {
-        const std::int64_t t1 = std::min(t0 + kTouchRows, full);
-        if (t1 < count)
-          touch_rows(rows + t1 * row_stride, row_stride, std::min(kTouchRows, count - t1),
-                     head_dim);
-        score_groups(t0, t1, false);
-      }
-    } else {
-      // Short scans: ask two groups ahead.
-      score_groups(0, full, true);
     }
-    if (full < count) {
+    if (r0 < count) {
       alignas(64) float lanes[W];
       for (std::int64_t h = 0; h < heads; ++h) {
-        score_group<kDim, T>(queries + h * head_dim, head_dim, rows + full * row_stride, row_stride,
-                             count - full)
+        score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride, row_stride,
+                             count - r0)
             .store_aligned(lanes);
-        std::copy_n(lanes, count - full, out + h * out_stride + full);
+        std::copy_n(lanes, count - r0, out + h * out_stride + r0);
       }
+    }
+  }
+
+  /// score_rows_fixed over a long scan from cold memory: read tile t + 1 with plain loads, then
+  /// score tile t out of L2. Selection at 131072 positions (4096 rows of mean keys, 7 heads)
+  /// took 69-73 us cold this way against 82-92 us scored straight from memory with prefetching.
+  /// A separate function so that the short scans of the attention kernel keep their code.
+  template <std::int64_t kDim, KvStorage T>
+  static void score_rows_tiled(const float* queries, std::int64_t heads, std::int64_t head_dim,
+                               const T* rows, std::ptrdiff_t row_stride, std::int64_t count,
+                               float* out, std::ptrdiff_t out_stride) {
+    touch_rows(rows, row_stride, std::min(kTouchRows, count), head_dim);
+    for (std::int64_t t0 = 0; t0 < count; t0 += kTouchRows) {
+      const std::int64_t t1 = std::min(t0 + kTouchRows, count);
+      if (t1 < count)
+        touch_rows(rows + t1 * row_stride, row_stride, std::min(kTouchRows, count - t1), head_dim);
+      score_rows_fixed<kDim, T>(queries, heads, head_dim, rows + t0 * row_stride, row_stride,
+                                t1 - t0, out + t0, out_stride);
+    }
+  }
+
+  template <std::int64_t kDim, KvStorage T>
+  static void score_rows_any_length(const float* queries, std::int64_t heads, std::int64_t head_dim,
+                                    const T* rows, std::ptrdiff_t row_stride, std::int64_t count,
+                                    float* out, std::ptrdiff_t out_stride) {
+    if (count >= kTouchMinRows && head_dim * static_cast<std::int64_t>(sizeof(T)) >= 64) {
+      score_rows_tiled<kDim, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
+    } else {
+      score_rows_fixed<kDim, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
     }
   }
 
@@ -392,11 +404,14 @@ struct BlockedOps : SimdOps<Arch> {
     if (head_dim % W != 0) {
       score_rows_entry<Base, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
     } else if (head_dim == 64 && 64 / W + W + 2 <= kRegisters) {
-      score_rows_fixed<64, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
+      score_rows_any_length<64, T>(queries, heads, head_dim, rows, row_stride, count, out,
+                                   out_stride);
     } else if (head_dim == 128 && 128 / W + W + 2 <= kRegisters) {
-      score_rows_fixed<128, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
+      score_rows_any_length<128, T>(queries, heads, head_dim, rows, row_stride, count, out,
+                                    out_stride);
     } else {
-      score_rows_fixed<0, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
+      score_rows_any_length<0, T>(queries, heads, head_dim, rows, row_stride, count, out,
+                                  out_stride);
     }
   }
 
