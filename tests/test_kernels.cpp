@@ -65,6 +65,60 @@ void check_storage_kernels(const KernelTable& table) {
   }
 }
 
+/// out[h * out_stride + r] against <queries[h], rows[r]> in double, for queries [heads, head_dim]
+/// and the rows as stored, [count, stride].
+void require_scores_match(const std::vector<float>& queries, std::int64_t heads,
+                          std::int64_t head_dim, const std::vector<float>& rows,
+                          std::int64_t stride, std::int64_t count, const float* out,
+                          std::int64_t out_stride) {
+  for (std::int64_t h = 0; h < heads; ++h) {
+    for (std::int64_t r = 0; r < count; ++r) {
+      double want = 0.0, magnitude = 0.0;
+      for (std::int64_t i = 0; i < head_dim; ++i) {
+        const double term = static_cast<double>(queries[h * head_dim + i]) * rows[r * stride + i];
+        want += term;
+        magnitude += std::abs(term);
+      }
+      REQUIRE(std::abs(out[h * out_stride + r] - want) <= sum_tolerance(magnitude, head_dim));
+    }
+  }
+}
+
+/// The running softmax state of the fused attend kernel for `heads` heads of `head_dim`, fed
+/// by calls over runs of rows.
+struct AttendState {
+  std::int64_t heads, head_dim;
+  std::vector<float> max, sum, acc, scratch;
+
+  AttendState(std::int64_t heads_, std::int64_t head_dim_)
+      : heads(heads_),
+        head_dim(head_dim_),
+        max(static_cast<std::size_t>(heads_), -INFINITY),
+        sum(static_cast<std::size_t>(heads_), 0.0f),
+        acc(static_cast<std::size_t>(heads_ * head_dim_), 0.0f),
+        scratch(static_cast<std::size_t>(kernels::attend_scratch_floats(heads_, head_dim_))) {}
+
+  /// Folds `rows` rows (keys and values `stride` elements apart) into the state.
+  template <KvStorage T>
+  void attend(const KernelTable& table, const float* queries, const T* keys, const T* values,
+              std::ptrdiff_t stride, std::int64_t rows) {
+    kernels::AttendArgs args;
+    args.queries = queries;
+    args.heads = heads;
+    args.head_dim = head_dim;
+    args.keys = keys;
+    args.key_stride = stride;
+    args.values = values;
+    args.value_stride = stride;
+    args.rows = rows;
+    args.running_max = max.data();
+    args.running_sum = sum.data();
+    args.accumulator = acc.data();
+    args.scratch = scratch.data();
+    table.attend[kernels::index_of(storage_type_of<T>)](args);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("kernel tables: the scalar one is always there; names are unique", "[kernels]") {
@@ -214,44 +268,20 @@ TEMPLATE_TEST_CASE("fused attend and score_rows match a double reference", "[ker
           std::vector<float> scores(static_cast<std::size_t>(heads * (rows + 1)));
           table->score_rows[s](queries.data(), heads, head_dim, keys.data(), stride, rows,
                                scores.data(), rows + 1);
-          for (std::int64_t h = 0; h < heads; ++h) {
-            for (std::int64_t r = 0; r < rows; ++r) {
-              double want = 0.0, magnitude = 0.0;
-              for (std::int64_t i = 0; i < head_dim; ++i) {
-                const double term =
-                    static_cast<double>(queries[h * head_dim + i]) * keys_f[r * stride + i];
-                want += term;
-                magnitude += std::abs(term);
-              }
-              REQUIRE(std::abs(scores[h * (rows + 1) + r] - want) <=
-                      sum_tolerance(magnitude, head_dim));
-            }
-          }
+          require_scores_match(queries, heads, head_dim, keys_f, stride, rows, scores.data(),
+                               rows + 1);
 
           // Attend in two runs (split inside a chunk) to exercise the running state.
-          std::vector<float> max(static_cast<std::size_t>(heads), -INFINITY);
-          std::vector<float> sum(static_cast<std::size_t>(heads), 0.0f);
-          std::vector<float> acc(static_cast<std::size_t>(heads * head_dim), 0.0f);
-          std::vector<float> scratch(
-              static_cast<std::size_t>(kernels::attend_scratch_floats(heads, head_dim)));
+          AttendState state(heads, head_dim);
           const std::int64_t split = rows / 3;
           for (auto [first, count] :
                {std::pair{std::int64_t{0}, split}, std::pair{split, rows - split}}) {
-            kernels::AttendArgs args;
-            args.queries = queries.data();
-            args.heads = heads;
-            args.head_dim = head_dim;
-            args.keys = keys.data() + first * stride;
-            args.key_stride = stride;
-            args.values = values.data() + first * stride;
-            args.value_stride = stride;
-            args.rows = count;
-            args.running_max = max.data();
-            args.running_sum = sum.data();
-            args.accumulator = acc.data();
-            args.scratch = scratch.data();
-            table->attend[s](args);
+            state.attend(*table, queries.data(), keys.data() + first * stride,
+                         values.data() + first * stride, stride, count);
           }
+          const auto& max = state.max;
+          const auto& sum = state.sum;
+          const auto& acc = state.acc;
           std::vector<std::int64_t> all(static_cast<std::size_t>(rows));
           for (std::int64_t r = 0; r < rows; ++r) all[r] = r;
           for (std::int64_t h = 0; h < heads; ++h) {
@@ -295,18 +325,7 @@ TEMPLATE_TEST_CASE("score_rows over long scans (read ahead in tiles) matches a d
           std::vector<float> out(static_cast<std::size_t>(heads * count));
           table->score_rows[s](queries.data(), heads, head_dim, rows.data(), stride, count,
                                out.data(), count);
-          for (std::int64_t h = 0; h < heads; ++h) {
-            for (std::int64_t r = 0; r < count; ++r) {
-              double want = 0.0, magnitude = 0.0;
-              for (std::int64_t i = 0; i < head_dim; ++i) {
-                const double term =
-                    static_cast<double>(queries[h * head_dim + i]) * rows_f[r * stride + i];
-                want += term;
-                magnitude += std::abs(term);
-              }
-              REQUIRE(std::abs(out[h * count + r] - want) <= sum_tolerance(magnitude, head_dim));
-            }
-          }
+          require_scores_match(queries, heads, head_dim, rows_f, stride, count, out.data(), count);
         }
       }
     }
@@ -320,7 +339,6 @@ TEMPLATE_TEST_CASE("attend rescales the running state when later chunks raise th
   // missed or doubled rescale changes the result by orders of magnitude. 16 and 17 heads fill
   // one and two lane groups of the AVX-512 fold; 45 rows leave a partial chunk.
   using T = TestType;
-  const auto s = kernels::index_of(storage_type_of<T>);
   const std::int64_t head_dim = 64;
   for (const KernelTable* table : kernels::available()) {
     for (std::int64_t rows : {45, 200}) {
@@ -348,25 +366,11 @@ TEMPLATE_TEST_CASE("attend rescales the running state when later chunks raise th
         const auto values = test::to_storage<T>(
             test::random_floats(static_cast<std::size_t>(rows * head_dim)), &values_f);
 
-        std::vector<float> max(static_cast<std::size_t>(heads), -INFINITY);
-        std::vector<float> sum(static_cast<std::size_t>(heads), 0.0f);
-        std::vector<float> acc(static_cast<std::size_t>(heads * head_dim), 0.0f);
-        std::vector<float> scratch(
-            static_cast<std::size_t>(kernels::attend_scratch_floats(heads, head_dim)));
-        kernels::AttendArgs args;
-        args.queries = queries.data();
-        args.heads = heads;
-        args.head_dim = head_dim;
-        args.keys = keys.data();
-        args.key_stride = head_dim;
-        args.values = values.data();
-        args.value_stride = head_dim;
-        args.rows = rows;
-        args.running_max = max.data();
-        args.running_sum = sum.data();
-        args.accumulator = acc.data();
-        args.scratch = scratch.data();
-        table->attend[s](args);
+        AttendState state(heads, head_dim);
+        state.attend(*table, queries.data(), keys.data(), values.data(), head_dim, rows);
+        const auto& sum = state.sum;
+        const auto& max = state.max;
+        const auto& acc = state.acc;
 
         std::vector<std::int64_t> all(static_cast<std::size_t>(rows));
         for (std::int64_t r = 0; r < rows; ++r) all[r] = r;
