@@ -260,7 +260,7 @@ void BM_AttendSupport(benchmark::State& state) {
   const RowMatrix queries = group_queries();
   RowMatrix out(kGroupHeads, kHeadDim);
   std::vector<HeadResult> results(kGroupHeads);
-  const float scale = 1.0f / 8.0f;
+  const float scale = detail::resolve_scale(sparse_config().scale, kHeadDim);  // as sparse decode
   std::int64_t bytes = 0;
   cold_iterations(state, [&] {
     const std::int64_t c = kv.advance();

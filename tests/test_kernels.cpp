@@ -294,9 +294,11 @@ TEMPLATE_TEST_CASE("fused attend and score_rows match a double reference", "[ker
             }
             std::vector<float> out(static_cast<std::size_t>(head_dim));
             for (std::int64_t i = 0; i < head_dim; ++i) out[i] = acc[h * head_dim + i] / sum[h];
-            // Relative to the summed terms' size: at head_dim 1 the single output channel is a
-            // weighted mean of random values that can cancel to near zero.
-            REQUIRE(test::max_error_per_term_magnitude(out.data(), ref) < 2e-5);
+            // Relative to the summed terms' size, which f32 rounding error scales with (at
+            // head_dim 1 the single output channel is a weighted mean of random values that can
+            // cancel to near zero, so error relative to the output itself is no measure). Largest
+            // seen over all tables, types and shapes: 1.9e-6.
+            REQUIRE(test::max_error_per_term_magnitude(out.data(), ref) < 5e-6);
             REQUIRE(std::abs(max[h] + std::log(sum[h]) - ref.lse) <
                     2e-5 * (1.0 + std::abs(ref.lse)));
           }
