@@ -61,11 +61,23 @@ class RMSNorm(nn.Module):
         return self.weight * (x * torch.rsqrt(variance + self.eps))
 
 
-def rope_tables(config: TinyConfig, positions: int, dtype=torch.float32):
-    """cos, sin: [positions, head_dim], the rotate-half layout (frequencies repeated twice)."""
+def rope_tables(config: TinyConfig, positions: int, dtype=torch.float32, rope="exact"):
+    """cos, sin: [positions, head_dim], the rotate-half layout (frequencies repeated twice).
+
+    rope "exact": angles in float64 (how data/qwen2-tiny was trained); "transformers": the
+    inverse frequencies and position x frequency products in float32, as transformers'
+    Qwen2RotaryEmbedding computes them (how Qwen2 models and data/qwen2-retrieval were
+    trained); the two differ by up to about 1e-3 rad at 16K positions."""
     half = config.head_dim // 2
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, half, dtype=torch.float64) / half))
-    angles = torch.outer(torch.arange(positions, dtype=torch.float64), inv_freq)
+    if rope == "exact":
+        inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, half, dtype=torch.float64) / half))
+        angles = torch.outer(torch.arange(positions, dtype=torch.float64), inv_freq)
+    elif rope == "transformers":
+        exponents = torch.arange(0, config.head_dim, 2, dtype=torch.int64).float()
+        inv_freq = 1.0 / (config.rope_theta ** (exponents / config.head_dim))
+        angles = torch.outer(torch.arange(positions, dtype=torch.int64).float(), inv_freq)
+    else:
+        raise ValueError(f"rope_tables: rope is {rope!r}, not 'exact' or 'transformers'")
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
@@ -84,6 +96,9 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d, config.num_key_value_heads * hd, bias=True)
         self.v_proj = nn.Linear(d, config.num_key_value_heads * hd, bias=True)
         self.o_proj = nn.Linear(config.num_attention_heads * hd, d, bias=False)
+        # Optional: a function (q, k, v, scale) -> causal attention output that replaces the
+        # plain formulation below (training uses a chunked one; see Qwen2Tiny.use_attention).
+        self.kernel = None
 
     def forward(self, x, cos, sin, mask, kv_bf16=False):
         # x: [batch, seq, hidden]; q: [batch, heads, seq, head_dim]
@@ -99,6 +114,9 @@ class Attention(nn.Module):
         group = c.num_attention_heads // c.num_key_value_heads
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
+        if self.kernel is not None:
+            out = self.kernel(q, k, v, 1.0 / math.sqrt(c.head_dim))
+            return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(c.head_dim) + mask
         out = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype) @ v
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
@@ -130,9 +148,10 @@ class DecoderLayer(nn.Module):
 
 
 class Qwen2Tiny(nn.Module):
-    def __init__(self, config: TinyConfig):
+    def __init__(self, config: TinyConfig, rope: str = "exact"):
         super().__init__()
         self.config = config
+        self.rope = rope  # the rotary-angle convention (rope_tables)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -151,11 +170,19 @@ class Qwen2Tiny(nn.Module):
         keys and values to bf16 as a bf16 KV cache would (reference logits only)."""
         t = ids.shape[1]
         x = self.embed_tokens(ids)
-        cos, sin = rope_tables(self.config, t, x.dtype)
+        cos, sin = rope_tables(self.config, t, x.dtype, self.rope)
         mask = torch.full((t, t), float("-inf"), dtype=x.dtype).triu(1)
         for layer in self.layers:
             x = layer(x, cos, sin, mask, kv_bf16)
-        return self.norm(x) @ self.embed_tokens.weight.T
+        # The unembedding in float32 even under bf16 autocast (training): it is cheap, and
+        # bf16 logits would blur the loss by up to 2^-9 of their size.
+        with torch.autocast("cpu", enabled=False):
+            return self.norm(x.float()) @ self.embed_tokens.weight.T
+
+    def use_attention(self, kernel):
+        """Replaces every layer's causal attention by kernel(q, k, v, scale) (None: plain)."""
+        for layer in self.layers:
+            layer.self_attn.kernel = kernel
 
     def hf_state_dict(self):
         """Parameters under the names of a Hugging Face Qwen2 checkpoint (tied: no lm_head)."""

@@ -157,22 +157,18 @@ def reference_inputs(valid):
 @torch.no_grad()
 def reference_logits(model, ids, kv_bf16):
     """Logits of the exported (bf16-rounded) weights, computed in float64: [len(ids), vocab]."""
-    exact = Qwen2Tiny(model.config).to(torch.float64)
+    exact = Qwen2Tiny(model.config, model.rope).to(torch.float64)
     exact.load_state_dict({k: v.to(torch.bfloat16).to(torch.float64)
                            for k, v in model.state_dict().items()})
     return exact(ids.unsqueeze(0), kv_bf16)[0]
 
 
-def export(model, out, valid, meta):
+def export_folder(model, out, valid, meta, description):
+    """The checkpoint folder: bf16 weights, config.json (with `description`), tokenizer.json,
+    the reference logits of the cross-framework check and `meta` as training.json."""
     out.mkdir(parents=True, exist_ok=True)
     weights = {k: v.to(torch.bfloat16) for k, v in model.hf_state_dict().items()}
     write_safetensors(out / "model.safetensors", weights, {"format": "pt"})
-    params = sum(p.numel() for p in model.parameters())
-    description = (f"{out.name}: a {params / 1e6:.1f}M-parameter Qwen2-architecture model trained "
-                   f"by amc (tools/train_tiny) on the Python standard library's sources, one "
-                   f"token per byte. Too small to write good code: its greedy continuations "
-                   f"soon repeat whitespace or a word; watch the retained mass per layer and "
-                   f"where dense and sparse decoding part (see its README.md)")
     write_json(out / "config.json", model.config.hf_config(EOS_ID, description))
     write_json(out / "tokenizer.json", tokenizer_json())
     ids = reference_inputs(valid)
@@ -181,9 +177,20 @@ def export(model, out, valid, meta):
     write_safetensors(out / "reference_logits.safetensors",
                       {"ids": ids.to(torch.int32), "logits": logits.to(torch.float32),
                        "logits_bf16_kv": logits_bf16_kv.to(torch.float32)},
-                      {"source": "tools/train_tiny/train.py: float64 forward of the bf16 weights",
+                      {"source": "float64 forward of the bf16 weights (tools/train_tiny/model.py, "
+                                 f"rotary angles: {model.rope})",
                        "logits_bf16_kv": "keys (after RoPE) and values rounded to bf16"})
     write_json(out / "training.json", meta)
+
+
+def export(model, out, valid, meta):
+    params = sum(p.numel() for p in model.parameters())
+    description = (f"{out.name}: a {params / 1e6:.1f}M-parameter Qwen2-architecture model trained "
+                   f"by amc (tools/train_tiny) on the Python standard library's sources, one "
+                   f"token per byte. Too small to write good code: its greedy continuations "
+                   f"soon repeat whitespace or a word; watch the retained mass per layer and "
+                   f"where dense and sparse decoding part (see its README.md)")
+    export_folder(model, out, valid, meta, description)
 
 
 def main():
