@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "amc/amc.hpp"
+#include "amc/math/certified_bounds.hpp"
 
 namespace {
 
@@ -326,6 +327,32 @@ void BM_Hot(benchmark::State& state) {
   state.counters["positions_read"] = static_cast<double>(results[0].positions_read);
 }
 
+/// What certifying a sparse step costs (include/amc/math/certified_bounds.hpp): the certified
+/// omitted-mass and error bounds of all 7 heads of the group over the support BM_SparseDecodeHot
+/// reads, on the same cache-resident copy (summaries with channel bounds and value norms, built
+/// once). Compare with BM_SparseDecodeHot: the certification recomputes the support's scores
+/// and output in double and reads the summaries of every block.
+void BM_CertifiedBounds(benchmark::State& state) {
+  auto& kv = ring<bf16>(state.range(0));
+  const RowMatrix queries = group_queries();
+  const auto view = kv.view(0);
+  const auto summaries =
+      BlockSummaries::build(view, 32, {.channel_bounds = true, .value_norms = true});
+  BlockSparseDecode<> sparse(sparse_config());
+  sparse.select(queries, KvHead<KvView<bf16>>{view, &kv.summaries[0]});
+  const Support support = sparse.support(0);
+  const double scale = detail::resolve_scale(sparse_config().scale, kHeadDim);
+  for (auto _ : state) {
+    for (std::int64_t h = 0; h < kGroupHeads; ++h) {
+      const CertifiedBounds bounds = certified_bounds(
+          std::span<const float>(queries.row(h).data(), kHeadDim), scale, view, summaries, support);
+      benchmark::DoNotOptimize(bounds.error_bound);
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * support.size());  // support positions/s
+  state.counters["positions_read"] = static_cast<double>(support.size());
+}
+
 /// The score kernel alone on cache-resident f32 rows (7 heads x 512 rows, the selector's
 /// shape), with the rows starting range(0) bytes past a cache line: 0 is what amc's aligned
 /// buffers give, 16 what a plain std::vector gives for large allocations (every 64-byte load
@@ -469,6 +496,12 @@ int main(int argc, char** argv) {
                              std::tuple{"BM_DenseDecodeHot_f32", &BM_Hot<float, false>, 2048},
                              std::tuple{"BM_SparseDecodeHot", &BM_Hot<amc::bf16, true>, 16384}}) {
     benchmark::RegisterBenchmark(name, fn)->Arg(n)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  }
+  for (const std::int64_t n : {16384, 131072}) {
+    benchmark::RegisterBenchmark("BM_CertifiedBounds", BM_CertifiedBounds)
+        ->Arg(n)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
   }
   benchmark::RegisterBenchmark("BM_ScoreRows", BM_ScoreRows)
       ->ArgName("offset_bytes")

@@ -84,10 +84,35 @@ inline std::string read_file(const std::filesystem::path& path) {
   return s.str();
 }
 
-/// Qwen2 in double precision, straight from the formulas (QWEN2.md), position by position.
+/// How the naive forward pass computes RoPE angles (it shares no code with examples/qwen2's
+/// RotaryTable): exactly in double, or as transformers' Qwen2RotaryEmbedding does in float32.
+enum class NaiveRope { exact, transformers };
+
+/// float32 rounding of a double (the one rounding an IEEE float operation makes: +, -, *, / of
+/// two floats computed in double and rounded once give the correctly rounded float result).
+inline double round_to_float(double x) { return static_cast<double>(static_cast<float>(x)); }
+
+/// The RoPE angle of pair i of a head of `head_dim` channels at `position`, base `theta`.
+/// transformers: inv_freq = 1 / theta ** (arange(0, d, 2).float() / d) in float32 (the power
+/// correctly rounded; torch's float pow may be one ulp away), then float(position) * inv_freq
+/// rounded to float32. exact: position * theta^(-2i/d) in double.
+inline double naive_rope_angle(NaiveRope rope, double theta, int head_dim, std::int64_t position,
+                               int i) {
+  if (rope == NaiveRope::exact) {
+    return static_cast<double>(position) *
+           std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+  }
+  const double exponent = round_to_float(2.0 * i / head_dim);
+  const double power = round_to_float(std::pow(round_to_float(theta), exponent));
+  const double inverse_frequency = round_to_float(1.0 / power);
+  return round_to_float(round_to_float(static_cast<double>(position)) * inverse_frequency);
+}
+
+/// Qwen2 in double precision, straight from the formulas (QWEN2.md), position by position,
+/// with the RoPE angles of `rope`.
 class NaiveQwen2 {
  public:
-  explicit NaiveQwen2(const std::filesystem::path& dir) {
+  NaiveQwen2(const std::filesystem::path& dir, NaiveRope rope) : rope_(rope) {
     const nlohmann::json c = nlohmann::json::parse(read_file(dir / "config.json"));
     hidden_ = c["hidden_size"].get<int>();
     heads_ = c["num_attention_heads"].get<int>();
@@ -106,6 +131,16 @@ class NaiveQwen2 {
   }
 
   int vocab() const { return vocab_; }
+
+  /// The first layer's queries after RoPE, [heads * head_dim], of `token` at `position` (they
+  /// depend on nothing else, so a long context need not be computed to get them).
+  std::vector<double> layer0_queries(std::int32_t token, std::int64_t position) const {
+    const std::vector<double> x = row("model.embed_tokens.weight", token, hidden_);
+    const std::vector<double> xn = rms(x, "model.layers.0.input_layernorm.weight");
+    std::vector<double> q = linear("model.layers.0.self_attn.q_proj", xn, true);
+    for (int h = 0; h < heads_; ++h) rope(q.data() + h * head_dim_, position, head_dim_ / 2);
+    return q;
+  }
 
   /// Logits [tokens][vocab] of every position. With bf16_kv, keys (after RoPE) and values are
   /// rounded to bf16 as a bf16 cache stores them.
@@ -204,9 +239,9 @@ class NaiveQwen2 {
     for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inverse * w[i];
     return y;
   }
-  void rope(double* x, int position, int half) const {
+  void rope(double* x, std::int64_t position, int half) const {
     for (int i = 0; i < half; ++i) {
-      const double angle = position * std::pow(theta_, -2.0 * i / (2.0 * half));
+      const double angle = naive_rope_angle(rope_, theta_, 2 * half, position, i);
       const double a = x[i], b = x[i + half];
       x[i] = a * std::cos(angle) - b * std::sin(angle);
       x[i + half] = b * std::cos(angle) + a * std::sin(angle);
@@ -218,6 +253,7 @@ class NaiveQwen2 {
 
   int hidden_ = 0, heads_ = 0, kv_heads_ = 0, inter_ = 0, layers_ = 0, vocab_ = 0, head_dim_ = 0;
   double theta_ = 0.0, eps_ = 0.0;
+  NaiveRope rope_ = NaiveRope::exact;
   std::map<std::string, std::vector<double>> tensors_;
 };
 

@@ -498,8 +498,7 @@ TEST_CASE("block summaries keep NaN: certified bounds over a NaN block are NaN, 
     support.normalize();
     decode_support(queries, head.view(), support, 0.25f, out, results);
     REQUIRE(results[0].finite);
-    return certified_bounds(query, 0.25, summaries, support, results[0].lse,
-                            std::span<const float>(out.row(0).data(), d));
+    return certified_bounds(query, 0.25, head.view(), summaries, support);
   };
   // The omitted block's NaN key: no omitted-mass bound can be certified.
   CHECK(std::isnan(step(key_head, key_summaries, 5).omitted_mass_bound));

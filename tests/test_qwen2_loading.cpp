@@ -87,6 +87,18 @@ TEST_CASE("config.json of Qwen2-0.5B parses", "[qwen2][config]") {
   CHECK(c.tie_word_embeddings);
   CHECK(c.bos_token_id == 151643);
   CHECK(c.eos_token_id == 151643);
+  CHECK_FALSE(c.rope_angles.has_value());  // no "amc_rope_angles": transformers' angles
+  CHECK(auto_rope_angles(c) == RopeAngles::transformers);
+}
+
+TEST_CASE("config.json: amc_rope_angles names the RoPE angle convention", "[qwen2][config]") {
+  const Config exact = parse_config(edited("amc_rope_angles", "\"exact\""));
+  REQUIRE(exact.rope_angles.has_value());
+  CHECK(*exact.rope_angles == RopeAngles::exact);
+  CHECK(auto_rope_angles(exact) == RopeAngles::exact);
+  const Config transformers = parse_config(edited("amc_rope_angles", "\"transformers\""));
+  CHECK(transformers.rope_angles == RopeAngles::transformers);
+  CHECK_FALSE(parse_config(edited("amc_rope_angles", "null")).rope_angles.has_value());
 }
 
 TEST_CASE("config.json: nulls accepted, defaults as transformers' Qwen2Config", "[qwen2][config]") {
@@ -166,6 +178,11 @@ TEST_CASE("config.json: every bad field is refused by name", "[qwen2][config]") 
       {"bos_token_id", "[[1]]", "key 'bos_token_id' must be an integer, got [1]"},
       {"head_dim", "\"64\"", "key 'head_dim' must be an integer"},
       {"hidden_act", "[\"silu\"]", "key 'hidden_act' must be \"silu\", got [\"silu\"]"},
+      {"amc_rope_angles", "\"double\"",
+       "key 'amc_rope_angles' must be \"transformers\" or \"exact\", got \"double\""},
+      {"amc_rope_angles", "true",
+       "key 'amc_rope_angles' must be \"transformers\" or \"exact\", got true"},
+      {"amc_rope_angles", "\"Exact\"", "key 'amc_rope_angles' must be"},
   };
   for (const Case& c : cases) {
     INFO(c.key << " = " << c.value);

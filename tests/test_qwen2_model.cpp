@@ -3,22 +3,31 @@
 #include <amc/amc.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "catch.hpp"
 #include "qwen2/checkpoint.hpp"
 #include "qwen2/generate.hpp"
 #include "qwen2/model.hpp"
+#include "qwen2/rope.hpp"
 #include "qwen2_test_support.hpp"
 
 namespace {
 
 using namespace amc::qwen2;
 using amc::qwen2::test::NaiveQwen2;
+using amc::qwen2::test::NaiveRope;
 using amc::qwen2::test::prompt_ids;
 using amc::qwen2::test::relative_error;
 using amc::qwen2::test::TempDir;
@@ -69,32 +78,42 @@ TEST_CASE("prefill logits match a naive double-precision Qwen2 (f32 weights)", "
                                wide ? amc::qwen2::test::wide_spec(amc::StorageType::f32)
                                     : amc::qwen2::test::tiny_spec(amc::StorageType::f32));
     const Checkpoint checkpoint = Checkpoint::load(dir.path());
-    const NaiveQwen2 naive(dir.path());
-    const std::vector<std::int32_t> tokens = prompt_ids(37, naive.vocab());
-    const auto expected = naive.logits(tokens, false);
+    for (const auto rope : {NaiveRope::transformers, NaiveRope::exact}) {
+      const NaiveQwen2 naive(dir.path(), rope);
+      const std::vector<std::int32_t> tokens = prompt_ids(37, naive.vocab());
+      const auto expected = naive.logits(tokens, false);
 
-    SessionOptions o;
-    o.kv_dtype = amc::StorageType::f32;
-    Session session(checkpoint, o);
-    const std::vector<float> logits = prefill_all(session, tokens);
-    double worst = 0.0;
-    for (std::size_t t = 0; t < tokens.size(); ++t) {
-      worst = std::max(worst, relative_error(logits.data() + t * expected[t].size(), expected[t]));
-    }
-    INFO("shape " << (wide ? "wide" : "tiny") << ", max relative error " << worst);
-    CHECK(worst < 1e-4);
+      // The default options (auto: an f32 cache for f32 weights, transformers' angles for a
+      // config without "amc_rope_angles"), then the exact angles asked for explicitly.
+      SessionOptions o;
+      if (rope == NaiveRope::exact) o.rope_angles = RopeAngles::exact;
+      Session session(checkpoint, o);
+      CHECK(session.options().kv_dtype == amc::StorageType::f32);
+      CHECK(session.options().rope_angles ==
+            (rope == NaiveRope::exact ? RopeAngles::exact : RopeAngles::transformers));
+      const std::vector<float> logits = prefill_all(session, tokens);
+      double worst = 0.0;
+      for (std::size_t t = 0; t < tokens.size(); ++t) {
+        worst =
+            std::max(worst, relative_error(logits.data() + t * expected[t].size(), expected[t]));
+      }
+      INFO("shape " << (wide ? "wide" : "tiny") << ", rope "
+                    << (rope == NaiveRope::exact ? "exact" : "transformers")
+                    << ", max relative error " << worst);
+      CHECK(worst < 1e-4);
 
-    // The decode path (matrix-vector products, amc's operators) against the same reference.
-    Session stepwise(checkpoint, o);
-    std::vector<float> step(expected[0].size());
-    stepwise.prefill(std::span(tokens.data(), 1), step);
-    worst = relative_error(step.data(), expected[0]);
-    for (std::size_t t = 1; t < tokens.size(); ++t) {
-      stepwise.decode(tokens[t], step);
-      worst = std::max(worst, relative_error(step.data(), expected[t]));
+      // The decode path (matrix-vector products, amc's operators) against the same reference.
+      Session stepwise(checkpoint, o);
+      std::vector<float> step(expected[0].size());
+      stepwise.prefill(std::span(tokens.data(), 1), step);
+      worst = relative_error(step.data(), expected[0]);
+      for (std::size_t t = 1; t < tokens.size(); ++t) {
+        stepwise.decode(tokens[t], step);
+        worst = std::max(worst, relative_error(step.data(), expected[t]));
+      }
+      INFO("decode path: max relative error " << worst);
+      CHECK(worst < 1e-4);
     }
-    INFO("decode path: max relative error " << worst);
-    CHECK(worst < 1e-4);
   }
 }
 
@@ -105,10 +124,13 @@ TEST_CASE("bf16 checkpoints with a bf16 cache match the reference with bf16 keys
   const Checkpoint checkpoint = Checkpoint::load(dir.path());
   CHECK(checkpoint.weights().embed.dtype == amc::StorageType::bf16);
   CHECK(checkpoint.weights().tied);
-  const NaiveQwen2 naive(dir.path());
+  const NaiveQwen2 naive(dir.path(), NaiveRope::transformers);
   const std::vector<std::int32_t> tokens = prompt_ids(29, naive.vocab());
   const auto expected = naive.logits(tokens, true);
-  Session session(checkpoint);  // bf16 cache by default
+  Session session(checkpoint);  // auto: a bf16 cache for bf16 weights, transformers' angles
+  CHECK(session.options().kv_dtype == amc::StorageType::bf16);
+  CHECK(session.cache().options().dtype == amc::StorageType::bf16);
+  CHECK(session.options().rope_angles == RopeAngles::transformers);
   const std::vector<float> logits = prefill_all(session, tokens);
   double worst = 0.0;
   for (std::size_t t = 0; t < tokens.size(); ++t) {
@@ -548,4 +570,324 @@ TEST_CASE("set_decode switches decode attention without a new prefill", "[qwen2]
   CHECK(s.positions() == 75);
   s.truncate(0);
   CHECK(s.positions() == 0);
+}
+
+namespace {
+
+using amc::qwen2::test::naive_rope_angle;
+
+float from_bits(std::uint32_t bits) { return std::bit_cast<float>(bits); }
+
+/// Distance in units in the last place between two finite floats of the same sign.
+std::int64_t ulps(float a, float b) {
+  return std::abs(static_cast<std::int64_t>(std::bit_cast<std::int32_t>(a)) -
+                  static_cast<std::int64_t>(std::bit_cast<std::int32_t>(b)));
+}
+
+NaiveRope naive(RopeAngles angles) {
+  return angles == RopeAngles::exact ? NaiveRope::exact : NaiveRope::transformers;
+}
+
+/// torch's float32 inverse frequencies, 1.0 / (base ** (torch.arange(0, d, 2, dtype=int64)
+/// .float() / d)), as bits: computed with PyTorch 2 on x86-64 CPU (Debian's python3-torch).
+constexpr std::uint32_t kTorchInvFreq1e6d64[32] = {
+    0x3F800000u, 0x3F263DE0u, 0x3ED7E89Bu, 0x3E8C3504u, 0x3E361887u, 0x3DEC7FD6u, 0x3D99940Du,
+    0x3D47763Fu, 0x3D0186E3u, 0x3CA8398Bu, 0x3C5A7BF2u, 0x3C0DE12Du, 0x3BB8449Cu, 0x3B6F520Eu,
+    0x3B1B690Du, 0x3AC9D75Cu, 0x3A83126Fu, 0x3A2A3B44u, 0x39DD1725u, 0x398F9272u, 0x393A7753u,
+    0x38F22CE2u, 0x389D43A4u, 0x384C3FBEu, 0x3804A2B2u, 0x37AC431Du, 0x375FBA4Fu, 0x371148E3u,
+    0x36BCB0C1u, 0x36751070u, 0x361F23E4u, 0x35CEAF79u};
+constexpr std::uint32_t kTorchInvFreq1e4d96[48] = {
+    0x3F800000u, 0x3F534DB0u, 0x3F2E6928u, 0x3F0FF59Au, 0x3EEDA63Cu, 0x3EC42822u, 0x3EA1E89Bu,
+    0x3E85A3DAu, 0x3E5C9D35u, 0x3E361887u, 0x3E164D7Au, 0x3DF81EEFu, 0x3DCCCCCDu, 0x3DA90AF3u,
+    0x3D8B8754u, 0x3D6655C2u, 0x3D3E1E95u, 0x3D1CECE9u, 0x3D0186E3u, 0x3CD5D2F6u, 0x3CB07DC7u,
+    0x3C91AD39u, 0x3C707BF6u, 0x3C467F28u, 0x3C23D70Au, 0x3C073BF8u, 0x3BDF3EE9u, 0x3BB8449Cu,
+    0x3B98187Au, 0x3B7B14A3u, 0x3B4F3E38u, 0x3B2B0F2Eu, 0x3B0D3169u, 0x3AE91528u, 0x3AC0632Eu,
+    0x3A9ECC1Du, 0x3A83126Fu, 0x3A585FF2u, 0x3A3298BAu, 0x3A136A16u, 0x39F35A5Cu, 0x39C8DD4Fu,
+    0x39A5CB60u, 0x3988D8F2u, 0x3961E8A7u, 0x393A7753u, 0x3919E8F2u, 0x38FE1363u};
+
+/// transformers' Qwen2RotaryEmbedding tables for theta 1e6, head_dim 64 (Qwen2-0.5B's), from
+/// the same PyTorch: position, pair i, and the bits of freqs (the float32 angle), cos and sin.
+struct TorchRope {
+  std::int64_t position;
+  int i;
+  std::uint32_t angle, cos, sin;
+};
+constexpr TorchRope kTorchRope1e6d64[] = {
+    {1, 0, 0x3F800000u, 0x3F0A5141u, 0x3F576AA4u},
+    {1, 1, 0x3F263DE0u, 0x3F4BE4AAu, 0x3F1ACD3Au},
+    {1, 7, 0x3D47763Fu, 0x3F7FB24Fu, 0x3D476211u},
+    {1, 19, 0x398F9272u, 0x3F800000u, 0x398F9272u},
+    {1, 31, 0x35CEAF79u, 0x3F800000u, 0x35CEAF79u},
+    {2047, 0, 0x44FFE000u, 0x3E7FB55Bu, 0xBF77E3C6u},
+    {2047, 1, 0x44A62918u, 0xBF6CBAB2u, 0xBEC2E31Eu},
+    {2047, 7, 0x42C75D50u, 0x3F2933F1u, 0xBF401C3Fu},
+    {2047, 19, 0x3F0F8080u, 0x3F58D266u, 0x3F081A9Au},
+    {2047, 31, 0x3B4E95A3u, 0x3F7FFFADu, 0x3B4E958Du},
+    {16383, 0, 0x467FFC00u, 0xBF6B3881u, 0x3ECA0FC1u},
+    {16383, 1, 0x46263B47u, 0x3E3B8A94u, 0x3F7BAB82u},
+    {16383, 7, 0x44477321u, 0x3F7C7EF5u, 0xBE28D881u},
+    {16383, 19, 0x408F9034u, 0xBE657EB7u, 0xBF797CEDu},
+    {16383, 31, 0x3CCEAC3Eu, 0x3F7FEB25u, 0x3CCEA6A1u},
+    {32767, 0, 0x46FFFE00u, 0x3F7B759Cu, 0x3E4001B8u},
+    {32767, 1, 0x46A63C94u, 0xBF75E305u, 0xBE8E7CD6u},
+    {32767, 7, 0x44C774B0u, 0x3F75D8BAu, 0xBE8EC3D2u},
+    {32767, 19, 0x410F9153u, 0xBF665057u, 0x3EDF87F7u},
+    {32767, 31, 0x3D4EADDCu, 0x3F7FAC96u, 0x3D4E9769u},
+    {131071, 0, 0x47FFFF80u, 0xBF51675Eu, 0xBF13430Au},
+    {131071, 1, 0x47A63D8Du, 0xBF7F67A4u, 0x3D8B915Du},
+    {131071, 7, 0x45C775DBu, 0x3F0DAC8Eu, 0xBF553957u},
+    {131071, 19, 0x420F922Au, 0xBE6F0187u, 0xBF78EDE2u},
+    {131071, 31, 0x3E4EAF12u, 0x3F7ACD95u, 0x3E4D488Bu},
+};
+
+}  // namespace
+
+TEST_CASE("RoPE tables match independent emulations of both angle conventions", "[qwen2][rope]") {
+  const std::vector<std::int64_t> positions{0,    1,    2,     3,     100,    1000,
+                                            2047, 4095, 16383, 32767, 131071, (1 << 24) + 3};
+  for (const auto angles : {RopeAngles::transformers, RopeAngles::exact}) {
+    for (const auto& [theta, head_dim] : std::vector<std::pair<double, int>>{
+             {1e4, 16}, {1e4, 64}, {1e6, 64}, {1e6, 128}, {5e5, 96}, {1e5, 80}}) {
+      const RotaryTable table(angles, theta, head_dim);
+      CHECK(table.angles() == angles);
+      REQUIRE(table.half() == head_dim / 2);
+      std::vector<float> c(static_cast<std::size_t>(head_dim / 2)), s(c.size());
+      std::int64_t wrong_angles = 0, wrong_values = 0;
+      double worst_angle = 0.0, worst_value = 0.0;
+      for (const std::int64_t p : positions) {
+        table.cos_sin(p, c.data(), s.data());
+        for (int i = 0; i < head_dim / 2; ++i) {
+          const double want = naive_rope_angle(naive(angles), theta, head_dim, p, i);
+          const double got = table.angle(p, i);
+          // transformers: the same float32 roundings, so the same float angle, bitwise.
+          // exact: the same double expression, to double rounding.
+          const double angle_error = std::abs(got - want);
+          worst_angle = std::max(worst_angle, angle_error);
+          wrong_angles += angles == RopeAngles::transformers
+                              ? got != want
+                              : angle_error > 1e-15 * std::max(1.0, std::abs(want));
+          // cos and sin of that angle, rounded to float: within half a float ulp (6e-8).
+          const double value_error =
+              std::max(std::abs(c[i] - std::cos(want)), std::abs(s[i] - std::sin(want)));
+          worst_value = std::max(worst_value, value_error);
+          wrong_values += value_error > 6e-8;
+        }
+      }
+      INFO(to_string(angles) << ", theta " << theta << ", head_dim " << head_dim
+                             << ": largest angle difference " << worst_angle
+                             << ", largest cos/sin difference " << worst_value);
+      CHECK(wrong_angles == 0);
+      CHECK(wrong_values == 0);
+    }
+  }
+}
+
+TEST_CASE("transformers' RoPE angles are torch's float32 ones to within one ulp", "[qwen2][rope]") {
+  // Qwen2-0.5B's base and head size: every inverse frequency, float angle and value as torch's.
+  const RotaryTable qwen(RopeAngles::transformers, 1e6, 64);
+  for (int i = 0; i < 32; ++i) {
+    INFO("pair " << i);
+    CHECK(static_cast<float>(qwen.inverse_frequency()[static_cast<std::size_t>(i)]) ==
+          from_bits(kTorchInvFreq1e6d64[i]));
+  }
+  std::vector<float> c(32), s(32);
+  for (const TorchRope& t : kTorchRope1e6d64) {
+    INFO("position " << t.position << ", pair " << t.i);
+    qwen.cos_sin(t.position, c.data(), s.data());
+    CHECK(static_cast<float>(qwen.angle(t.position, t.i)) == from_bits(t.angle));
+    // torch's float32 cos and sin may be one ulp off the correctly rounded value (rope.hpp).
+    CHECK(ulps(c[static_cast<std::size_t>(t.i)], from_bits(t.cos)) <= 1);
+    CHECK(ulps(s[static_cast<std::size_t>(t.i)], from_bits(t.sin)) <= 1);
+  }
+  // The documented residual: torch's float pow is not always correctly rounded; for theta
+  // 1e4 and head_dim 96 one inverse frequency (pair 20) is one ulp above the rounded power's.
+  const RotaryTable other(RopeAngles::transformers, 1e4, 96);
+  std::int64_t differing = 0;
+  for (int i = 0; i < 48; ++i) {
+    const auto mine = static_cast<float>(other.inverse_frequency()[static_cast<std::size_t>(i)]);
+    INFO("pair " << i);
+    CHECK(ulps(mine, from_bits(kTorchInvFreq1e4d96[i])) <= 1);
+    differing += mine != from_bits(kTorchInvFreq1e4d96[i]);
+  }
+  CHECK(differing <= 1);
+}
+
+TEST_CASE("the two RoPE angle conventions part by the documented amounts", "[qwen2][rope]") {
+  // docs/qwen2.md quotes these (the largest over every pair of positions below 2K, 16K, 32K).
+  struct Expected {
+    std::int64_t positions;
+    double low, high;  // bounds on the largest |angle difference| in rad
+  };
+  const std::vector<Expected> expected{
+      {2048, 6e-5, 8e-5}, {16384, 5e-4, 7e-4}, {32768, 1e-3, 1.3e-3}};
+  for (const double theta : {1e4, 1e6}) {
+    const RotaryTable transformers(RopeAngles::transformers, theta, 64);
+    const RotaryTable exact(RopeAngles::exact, theta, 64);
+    double worst = 0.0;
+    std::int64_t p = 0;
+    for (const Expected& e : expected) {
+      for (; p < e.positions; ++p) {
+        for (std::int64_t i = 0; i < 32; ++i) {
+          worst = std::max(worst, std::abs(transformers.angle(p, i) - exact.angle(p, i)));
+        }
+      }
+      INFO("theta " << theta << ", positions below " << e.positions << ": " << worst << " rad");
+      CHECK(worst >= e.low);
+      CHECK(worst <= e.high);
+    }
+  }
+  REQUIRE_THROWS_WITH(RotaryTable(RopeAngles::exact, 1e4, 15),
+                      AMC_CONTAINS("head_dim must be even and positive, got 15"));
+  REQUIRE_THROWS_WITH(parse_rope_angles("double", "--rope-angles"),
+                      AMC_CONTAINS("amc::qwen2::parse_rope_angles") &&
+                          AMC_CONTAINS("--rope-angles must be \"transformers\" or \"exact\", "
+                                       "got \"double\""));
+  CHECK(parse_rope_angles("exact") == RopeAngles::exact);
+  CHECK(parse_rope_angles("transformers") == RopeAngles::transformers);
+}
+
+namespace {
+
+/// Sets config.json's "amc_rope_angles" in `dir` (removes it for an empty value).
+void set_rope_key(const std::filesystem::path& dir, const std::string& value) {
+  nlohmann::json config = nlohmann::json::parse(amc::qwen2::test::read_file(dir / "config.json"));
+  if (value.empty()) {
+    config.erase("amc_rope_angles");
+  } else {
+    config["amc_rope_angles"] = value;
+  }
+  std::ofstream(dir / "config.json", std::ios::binary | std::ios::trunc) << config.dump(2);
+}
+
+/// The first layer's queries after RoPE, [heads * head_dim], of `token` decoded at `position`
+/// after a random cache of `position` positions.
+std::vector<float> layer0_queries(const Checkpoint& c, SessionOptions o, std::int32_t token,
+                                  std::int64_t position, RopeAngles* resolved) {
+  std::vector<float> queries;
+  const std::int64_t size = c.config().num_attention_heads * c.config().head_dim;
+  o.on_layer = [&](const LayerAttention& a) {
+    if (a.layer == 0) queries.assign(a.queries, a.queries + size);
+  };
+  Session session(c, o);
+  *resolved = *session.options().rope_angles;
+  session.fill_random_cache(position, 5);
+  std::vector<float> logits(static_cast<std::size_t>(c.config().vocab_size));
+  session.decode(token, logits);
+  return queries;
+}
+
+}  // namespace
+
+TEST_CASE("sessions rotate with the RoPE angles config.json or the options name", "[qwen2][rope]") {
+  TempDir dir("rope_key");
+  write_synthetic_checkpoint(dir.path(), amc::qwen2::test::wide_spec(amc::StorageType::f32));
+  // At position 20000 the two conventions' angles part by up to 7e-4 rad: the queries show
+  // which one a session used. They depend only on the token and the position, so the naive
+  // model computes them without the context.
+  constexpr std::int64_t kPosition = 20000;
+  constexpr std::int32_t kToken = 17;
+  struct Case {
+    std::string key;                      // "amc_rope_angles" in config.json ("" = absent)
+    std::optional<RopeAngles> requested;  // SessionOptions::rope_angles
+    RopeAngles expected;
+  };
+  const std::vector<Case> cases{
+      {"", std::nullopt, RopeAngles::transformers},
+      {"", RopeAngles::exact, RopeAngles::exact},
+      {"exact", std::nullopt, RopeAngles::exact},
+      {"exact", RopeAngles::transformers, RopeAngles::transformers},
+      {"transformers", std::nullopt, RopeAngles::transformers},
+  };
+  for (const Case& c : cases) {
+    set_rope_key(dir.path(), c.key);
+    const Checkpoint checkpoint = Checkpoint::load(dir.path());
+    CHECK(auto_rope_angles(checkpoint.config()) ==
+          (c.key == "exact" ? RopeAngles::exact : RopeAngles::transformers));
+    SessionOptions o;
+    o.rope_angles = c.requested;
+    RopeAngles resolved{};
+    const std::vector<float> queries = layer0_queries(checkpoint, o, kToken, kPosition, &resolved);
+    INFO("key '" << c.key << "', requested "
+                 << (c.requested ? std::string(to_string(*c.requested)) : "auto"));
+    CHECK(resolved == c.expected);
+    const std::vector<double> same =
+        NaiveQwen2(dir.path(), naive(c.expected)).layer0_queries(kToken, kPosition);
+    const RopeAngles other_angles =
+        c.expected == RopeAngles::exact ? RopeAngles::transformers : RopeAngles::exact;
+    const std::vector<double> other =
+        NaiveQwen2(dir.path(), naive(other_angles)).layer0_queries(kToken, kPosition);
+    REQUIRE(queries.size() == same.size());
+    const double error = relative_error(queries.data(), same);
+    const double other_error = relative_error(queries.data(), other);
+    INFO("relative error against the expected convention " << error << ", against the other "
+                                                           << other_error);
+    CHECK(error < 1e-5);
+    CHECK(other_error > 1e-4);
+  }
+}
+
+namespace {
+
+/// A copy of the checkpoint in `from` with every tensor converted to F16.
+void write_f16_copy(const std::filesystem::path& from, const std::filesystem::path& to) {
+  std::filesystem::create_directories(to);
+  for (const char* name : {"config.json", "tokenizer.json"}) {
+    std::filesystem::copy_file(from / name, to / name,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  const amc::SafetensorsFile file = amc::SafetensorsFile::open(from / "model.safetensors");
+  std::vector<std::vector<amc::f16>> values;
+  values.reserve(file.tensors().size());
+  std::vector<amc::TensorToWrite> tensors;
+  for (const amc::TensorInfo& info : file.tensors()) {
+    std::vector<amc::f16>& v = values.emplace_back();
+    for (const float x : file.to_f32(info.name)) v.push_back(amc::to_f16(x));
+    tensors.push_back(
+        amc::make_tensor_to_write(info.name, info.shape, std::span<const amc::f16>(v)));
+  }
+  amc::write_safetensors(to / "model.safetensors", tensors);
+}
+
+}  // namespace
+
+TEST_CASE("the KV cache dtype defaults to the weights' dtype", "[qwen2]") {
+  TempDir bf16_dir("auto_kv_bf16"), f32_dir("auto_kv_f32"), f16_dir("auto_kv_f16");
+  write_synthetic_checkpoint(bf16_dir.path(), amc::qwen2::test::tiny_spec(amc::StorageType::bf16));
+  write_synthetic_checkpoint(f32_dir.path(), amc::qwen2::test::tiny_spec(amc::StorageType::f32));
+  write_f16_copy(bf16_dir.path(), f16_dir.path());
+  struct Case {
+    const TempDir* dir;
+    amc::StorageType weights, cache;
+  };
+  // f16 weights get an f32 cache: the cache has no f16, and bf16 would drop mantissa bits.
+  for (const Case& c : {Case{&bf16_dir, amc::StorageType::bf16, amc::StorageType::bf16},
+                        Case{&f32_dir, amc::StorageType::f32, amc::StorageType::f32},
+                        Case{&f16_dir, amc::StorageType::f16, amc::StorageType::f32}}) {
+    const Checkpoint checkpoint = Checkpoint::load(c.dir->path());
+    INFO("weights " << amc::to_string(c.weights));
+    CHECK(checkpoint.weight_dtype() == c.weights);
+    CHECK(checkpoint.weights().embed.dtype == c.weights);
+    CHECK(auto_kv_dtype(checkpoint) == c.cache);
+    const Session automatic(checkpoint);
+    CHECK(automatic.options().kv_dtype == c.cache);
+    CHECK(automatic.cache().options().dtype == c.cache);
+    // An explicit choice wins over the weights' dtype.
+    for (const auto explicit_dtype : {amc::StorageType::bf16, amc::StorageType::f32}) {
+      SessionOptions o;
+      o.kv_dtype = explicit_dtype;
+      const Session chosen(checkpoint, o);
+      CHECK(chosen.options().kv_dtype == explicit_dtype);
+      CHECK(chosen.cache().options().dtype == explicit_dtype);
+    }
+    // The default session's logits are those of a session given the resolved dtype.
+    SessionOptions resolved;
+    resolved.kv_dtype = c.cache;
+    const std::vector<std::int32_t> prompt = prompt_ids(12, checkpoint.config().vocab_size);
+    Session a(checkpoint), b(checkpoint, resolved);
+    CHECK(prefill_all(a, prompt) == prefill_all(b, prompt));
+  }
+  SessionOptions f16_cache;
+  f16_cache.kv_dtype = amc::StorageType::f16;
+  const Checkpoint checkpoint = Checkpoint::load(bf16_dir.path());
+  REQUIRE_THROWS_WITH(Session(checkpoint, f16_cache), AMC_CONTAINS("dtype must be bf16 or f32"));
 }

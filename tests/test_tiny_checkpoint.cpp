@@ -4,13 +4,16 @@
 // with keys and values rounded to bf16 as amc's bf16 KV cache stores them. amc's reference
 // transformer must reproduce them through prefill and through the decode path, with either KV
 // cache type. This is the cross-framework check: the C++ code and the Python model share
-// nothing but the checkpoint's files.
+// nothing but the checkpoint's files. The model was trained, and the reference computed, with
+// RoPE angles in float64; config.json says so ("amc_rope_angles": "exact"), and that is what
+// the default options (auto) pick.
 #include <amc/io/safetensors.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,26 +56,32 @@ Reference load_reference(const std::string& logits_name) {
 struct Errors {
   double prefill = 0.0;  ///< worst position of one batched prefill of every token
   double decode = 0.0;   ///< worst step of a prefill of the first token, then decode
+  double step0 = 0.0;    ///< the first position of the batched prefill
 };
 
-Errors errors_against_reference(amc::StorageType kv_dtype) {
+/// \param kv_dtype the KV cache dtype; nullopt: auto (bf16, as the weights)
+/// \param rope_angles nullopt: auto (exact, as config.json says)
+Errors errors_against_reference(std::optional<amc::StorageType> kv_dtype,
+                                std::optional<amc::qwen2::RopeAngles> rope_angles = {}) {
   const Checkpoint checkpoint = Checkpoint::load(kModel);
-  const Reference ref =
-      load_reference(kv_dtype == amc::StorageType::bf16 ? "logits_bf16_kv" : "logits");
+  SessionOptions options;
+  options.kv_dtype = kv_dtype;
+  options.rope_angles = rope_angles;
+  Session batched(checkpoint, options);
+  const Reference ref = load_reference(
+      batched.options().kv_dtype == amc::StorageType::bf16 ? "logits_bf16_kv" : "logits");
   REQUIRE(ref.vocab == checkpoint.config().vocab_size);
   const auto want = [&](std::size_t t) {
     return std::span(ref.logits).subspan(t * ref.vocab, ref.vocab);
   };
-  SessionOptions options;
-  options.kv_dtype = kv_dtype;
   Errors e;
 
-  Session batched(checkpoint, options);
   std::vector<float> all(ref.logits.size());
   batched.prefill(ref.ids, all, true);
   for (std::size_t t = 0; t < ref.ids.size(); ++t) {
     e.prefill = std::max(e.prefill, relative_error(all.data() + t * ref.vocab, want(t)));
   }
+  e.step0 = relative_error(all.data(), want(0));
 
   Session stepwise(checkpoint, options);
   std::vector<float> step(ref.vocab);
@@ -118,4 +127,30 @@ TEST_CASE("amc's logits on the tiny checkpoint match PyTorch's (bf16 KV cache)",
   INFO("max relative error: prefill " << e.prefill << ", decode " << e.decode);
   CHECK(e.prefill < 1e-3);
   CHECK(e.decode < 1e-3);
+}
+
+TEST_CASE("the default options resolve to the tiny checkpoint's own settings", "[tiny]") {
+  const Checkpoint checkpoint = Checkpoint::load(kModel);
+  CHECK(checkpoint.weight_dtype() == amc::StorageType::bf16);
+  CHECK(checkpoint.config().rope_angles == amc::qwen2::RopeAngles::exact);
+  const Session session(checkpoint);
+  CHECK(session.options().kv_dtype == amc::StorageType::bf16);
+  CHECK(session.options().rope_angles == amc::qwen2::RopeAngles::exact);
+
+  // auto: a bf16 cache (the weights are bf16), against the reference with bf16 keys and values.
+  const Errors automatic = errors_against_reference(std::nullopt);
+  INFO("auto: max relative error: prefill " << automatic.prefill << ", decode " << automatic.decode
+                                            << ", step 0 " << automatic.step0);
+  CHECK(automatic.prefill < 1e-3);
+  CHECK(automatic.decode < 1e-3);
+  // With an f32 cache and the exact angles the model was trained with, amc agrees with the
+  // float64 reference to f32 rounding; transformers' angles then differ visibly less than the
+  // tolerance at 512 positions (1.8e-5 rad at most), but never agree better than exact ones.
+  const Errors exact = errors_against_reference(amc::StorageType::f32);
+  const Errors transformers =
+      errors_against_reference(amc::StorageType::f32, amc::qwen2::RopeAngles::transformers);
+  INFO("f32 cache: exact angles " << exact.prefill << ", transformers' angles "
+                                  << transformers.prefill);
+  CHECK(exact.prefill < 1e-4);
+  CHECK(exact.prefill <= transformers.prefill);
 }

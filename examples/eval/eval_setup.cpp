@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <set>
 
+#include "qwen2/model.hpp"
 #include "qwen2/tokenizer.hpp"
 #include "refuse.hpp"
 
@@ -50,7 +51,6 @@ Setup prepare(const CommonArguments& a) {
   s.sparse.scope = parse_scope(a.scope);
   s.sparse.score = parse_score_rule(a.score);
   s.sparse.validate();
-  s.kv_dtype = a.kv_dtype == "f32" ? StorageType::f32 : StorageType::bf16;
 
   const std::filesystem::path dir(a.model);
   if (!std::filesystem::is_directory(dir)) {
@@ -60,6 +60,12 @@ Setup prepare(const CommonArguments& a) {
   }
   s.checkpoint = std::make_unique<qwen2::Checkpoint>(qwen2::Checkpoint::load(dir));
   const qwen2::Config& c = s.checkpoint->config();
+  s.kv_dtype = a.kv_dtype == "auto"  ? qwen2::auto_kv_dtype(*s.checkpoint)
+               : a.kv_dtype == "f32" ? StorageType::f32
+                                     : StorageType::bf16;
+  s.rope_angles = a.rope_angles == "auto"
+                      ? qwen2::auto_rope_angles(c)
+                      : qwen2::parse_rope_angles(a.rope_angles, "--rope-angles");
   const std::int64_t longest_context = *std::max_element(a.contexts.begin(), a.contexts.end());
   if (longest_context > c.max_position_embeddings - a.tokens) {
     refuse("--contexts ", longest_context, " plus --tokens ", a.tokens,
@@ -115,7 +121,11 @@ Json settings_json(const CommonArguments& a, const Setup& setup) {
   s["scope"] = a.scope;
   s["score"] = a.score;
   s["combine"] = std::string(to_string(setup.sparse.combine));
-  s["kv_dtype"] = a.kv_dtype;
+  // The resolved values, and what was asked for ("auto" or the explicit choice).
+  s["kv_dtype"] = std::string(to_string(setup.kv_dtype));
+  s["kv_dtype_requested"] = a.kv_dtype;
+  s["rope_angles"] = std::string(qwen2::to_string(setup.rope_angles));
+  s["rope_angles_requested"] = a.rope_angles;
   s["prefill"] = "dense";
   return s;
 }

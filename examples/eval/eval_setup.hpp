@@ -13,6 +13,7 @@
 
 #include "documents.hpp"
 #include "qwen2/checkpoint.hpp"
+#include "qwen2/rope.hpp"
 #include "run_log.hpp"
 #include "support_sizes.hpp"
 
@@ -31,7 +32,8 @@ struct CommonArguments {
   std::int64_t window = 64;
   std::string scope = "head";
   std::string score = "mean";
-  std::string kv_dtype = "bf16";
+  std::string kv_dtype = "auto";     ///< auto, bf16 or f32
+  std::string rope_angles = "auto";  ///< auto, transformers or exact
   int threads = 1;
   std::string out;
 };
@@ -42,7 +44,10 @@ struct Setup {
   std::vector<ContextPlan> plans;
   std::vector<SupportSize> supports;
   SparseConfig sparse;  ///< block size, sinks, window, scope, score (top_k set per support)
+  /// The KV cache dtype and RoPE angles the model runs with, "auto" resolved for the
+  /// checkpoint (qwen2::auto_kv_dtype, qwen2::auto_rope_angles).
   StorageType kv_dtype = StorageType::bf16;
+  qwen2::RopeAngles rope_angles = qwen2::RopeAngles::transformers;
   std::filesystem::path out;
   /// One line per context: prefixes used of those requested, documents skipped as too short.
   std::vector<std::string> prefix_notes;

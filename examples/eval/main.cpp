@@ -4,9 +4,11 @@
 //   amc-eval sweep --model DIR (--text FILE... | --ids FILE...) --contexts 2048,8192,16384
 //            --supports 97,193,385,769 [--prefixes 5] [--tokens 128]
 //            [--block-size 16 --sinks 1 --window 64 --scope head|group --score mean|bound|oracle]
-//            [--threads N] [--kv-dtype bf16|f32] --out DIR [--resume] [--dense-control]
+//            [--threads N] [--kv-dtype auto|bf16|f32] [--rope-angles auto|transformers|exact]
+//            --out DIR [--resume] [--dense-control]
 //   amc-eval mass  --model DIR (--text ... | --ids ...) --contexts ... --supports ...
-//            [--prefixes 5] [--tokens 16] [sparse options] --out DIR
+//            [--prefixes 5] [--tokens 16] [sparse, --threads, --kv-dtype, --rope-angles options]
+//            --out DIR
 //   amc-eval retrieval --out DIR [--contexts 2048,8192 --block-sizes 8,16,32,64 --ks 2,8,20
 //            --depths ... --trials 64 --strength 6 ...]   (synthetic keys; no model)
 //
@@ -71,8 +73,16 @@ void add_common_options(CLI::App& command, CommonArguments& a, std::int64_t defa
   command.add_option("--threads", a.threads, "threads (results do not depend on it)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  command.add_option("--kv-dtype", a.kv_dtype, "KV cache storage")
-      ->check(CLI::IsMember({"bf16", "f32"}))
+  command
+      .add_option("--kv-dtype", a.kv_dtype,
+                  "KV cache storage; auto: the weights' dtype (bf16 for bf16 weights, else f32)")
+      ->check(CLI::IsMember({"auto", "bf16", "f32"}))
+      ->capture_default_str();
+  command
+      .add_option("--rope-angles", a.rope_angles,
+                  "RoPE angles: transformers (float32, as transformers computes them) or exact "
+                  "(double); auto: config.json's amc_rope_angles, else transformers")
+      ->check(CLI::IsMember({"auto", "transformers", "exact"}))
       ->capture_default_str();
   command.add_option("--out", a.out, "output directory (created if missing)")->required();
 }

@@ -198,6 +198,7 @@ int run_mass(const MassArguments& a) {
   o.sparse = setup.sparse;
   o.threads = a.common.threads;
   o.kv_dtype = setup.kv_dtype;
+  o.rope_angles = setup.rope_angles;
   bool observing = false;  // decode steps only: the prefill's logits are the dense model's
   qwen2::Session* session_ptr = nullptr;
   o.on_layer = [&](const qwen2::LayerAttention& la) {

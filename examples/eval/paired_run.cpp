@@ -37,6 +37,7 @@ struct PairedRunner::State {
     s.sparse = o.sparse;
     s.threads = o.threads;
     s.kv_dtype = o.kv_dtype;
+    s.rope_angles = o.rope_angles;
     s.on_layer = [this](const qwen2::LayerAttention& a) {
       if (probe) probe->observe(a, session.cache());
     };

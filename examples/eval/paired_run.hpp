@@ -48,7 +48,9 @@ struct SupportRun {
 
 struct PairedRunOptions {
   SparseConfig sparse;  ///< block size, sinks, window, scope, score; top_k is set per support
-  StorageType kv_dtype = StorageType::bf16;
+  /// KV cache dtype and RoPE angles; nullopt: the checkpoint's ("auto", qwen2::SessionOptions).
+  std::optional<StorageType> kv_dtype;
+  std::optional<qwen2::RopeAngles> rope_angles;
   int threads = 1;
   /// Control: "sparse" runs decode with dense attention, so every run must equal the reference.
   bool dense_control = false;

@@ -66,6 +66,7 @@ int run_sweep(const SweepArguments& a) {
     PairedRunOptions options;
     options.sparse = setup.sparse;
     options.kv_dtype = setup.kv_dtype;
+    options.rope_angles = setup.rope_angles;
     options.threads = a.common.threads;
     options.dense_control = a.dense_control;
     PairedRunner runner(*setup.checkpoint, options);

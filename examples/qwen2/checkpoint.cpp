@@ -138,6 +138,8 @@ class CheckpointLoader {
     m.rows = rows;
     m.cols = cols;
     const std::span<const std::byte> bytes = file->bytes(*info);
+    stored_f32_ = stored_f32_ || info->dtype == Dtype::F32;
+    stored_f16_ = stored_f16_ || info->dtype == Dtype::F16;
     const std::size_t alignment = info->dtype == Dtype::F32 ? 4 : 2;
     if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignment == 0) {
       m.dtype = info->dtype == Dtype::F32    ? StorageType::f32
@@ -160,6 +162,11 @@ class CheckpointLoader {
     return file->to_f32(name);
   }
 
+  /// The widest dtype among the matrices loaded so far.
+  StorageType stored_dtype() const {
+    return stored_f32_ ? StorageType::f32 : stored_f16_ ? StorageType::f16 : StorageType::bf16;
+  }
+
  private:
   std::string source_name() const {
     return c_.shards_.size() == 1 ? c_.shards_[0].source()
@@ -167,7 +174,8 @@ class CheckpointLoader {
   }
 
   Checkpoint& c_;
-  std::map<std::string, std::size_t> location_;  // tensor name -> shard
+  std::map<std::string, std::size_t> location_;   // tensor name -> shard
+  bool stored_f32_ = false, stored_f16_ = false;  // dtypes of the matrices in the files
 };
 
 Checkpoint Checkpoint::load(const std::filesystem::path& dir) {
@@ -210,6 +218,7 @@ Checkpoint Checkpoint::load(const std::filesystem::path& dir) {
   w.final_norm = loader.vector("model.norm.weight", hidden);
   w.tied = !loader.has("lm_head.weight");
   w.lm_head = w.tied ? w.embed : loader.matrix("lm_head.weight", cfg.vocab_size, hidden);
+  c.weight_dtype_ = loader.stored_dtype();
   return c;
 }
 

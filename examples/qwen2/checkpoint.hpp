@@ -77,6 +77,10 @@ class Checkpoint {
   const std::filesystem::path& directory() const { return directory_; }
   /// The safetensors files the weights live in (one, or the shards).
   std::size_t shard_count() const { return shards_.size(); }
+  /// The dtype the weight matrices are stored in in the file (BF16, F16 or F32; when they
+  /// mix dtypes, the widest: f32 over f16 over bf16). Not Matrix::dtype, which is f32 for a
+  /// matrix the loader had to copy, and not config.json's torch_dtype, which only declares it.
+  StorageType weight_dtype() const { return weight_dtype_; }
 
  private:
   Checkpoint() = default;
@@ -87,6 +91,7 @@ class Checkpoint {
   // Matrices whose bytes in the file are not aligned for in-place use, converted to f32.
   std::vector<std::unique_ptr<std::vector<float>>> owned_;
   Weights weights_;
+  StorageType weight_dtype_ = StorageType::bf16;
 
   friend class CheckpointLoader;
 };

@@ -221,6 +221,15 @@ Config parse_config(std::string_view json_text, const std::string& source) {
     if (!v->is_boolean()) r.fail("key 'use_sliding_window' must be a boolean, got ", brief(*v));
     if (v->get<bool>()) r.fail("use_sliding_window = true is not supported (full attention only)");
   }
+  // amc's own key: the angle convention of RoPE (rope.hpp) the model was trained with.
+  if (const json* v = r.optional("amc_rope_angles")) {
+    const bool known = v->is_string() && (v->get<std::string>() == "transformers" ||
+                                          v->get<std::string>() == "exact");
+    if (!known) {
+      r.fail("key 'amc_rope_angles' must be \"transformers\" or \"exact\", got ", brief(*v));
+    }
+    c.rope_angles = v->get<std::string>() == "exact" ? RopeAngles::exact : RopeAngles::transformers;
+  }
   if (const json* v = r.optional("rope_scaling")) {
     r.fail("rope_scaling ", brief(*v), " is not supported (plain RoPE only); expected null");
   }

@@ -3,8 +3,11 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include "rope.hpp"
 
 namespace amc::qwen2 {
 
@@ -25,6 +28,10 @@ struct Config {
   bool tie_word_embeddings = true;
   std::int64_t bos_token_id = -1;         ///< -1 when absent or null
   std::int64_t eos_token_id = -1;
+  /// "amc_rope_angles" ("transformers" or "exact"): the RoPE angle convention the model was
+  /// trained with, written by amc's training tools (data/qwen2-tiny: "exact"); nullopt when
+  /// absent or null, which means transformers' convention (every pretrained Qwen2 model's).
+  std::optional<RopeAngles> rope_angles;
 
   /// Query heads per KV head.
   std::int64_t group_size() const { return num_attention_heads / num_key_value_heads; }
@@ -32,7 +39,8 @@ struct Config {
 
 /// Parses config.json text; throws amc::error "amc::qwen2::parse_config: <source>: ..." naming
 /// a missing key, a key of the wrong type, or an inconsistent value (sizes <= 0, heads not
-/// dividing hidden_size, KV heads not dividing heads, sizes large enough to exhaust memory).
+/// dividing hidden_size, KV heads not dividing heads, sizes large enough to exhaust memory, an
+/// "amc_rope_angles" other than "transformers" or "exact").
 Config parse_config(std::string_view json_text, const std::string& source = "config.json");
 
 /// Reads and parses DIR/config.json (or the file itself when given a file).

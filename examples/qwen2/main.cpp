@@ -3,12 +3,16 @@
 //
 //   amc-qwen2 --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [-n 128]
 //             [--attention dense|sparse] [--block-size B --top-k K --sinks S --window W
-//             --scope head|group --score mean|bound|oracle] [--threads N] [--kv-dtype bf16|f32]
+//             --scope head|group --score mean|bound|oracle] [--threads N]
+//             [--kv-dtype auto|bf16|f32] [--rope-angles auto|transformers|exact]
 //             [--json] [--retained-mass] [--logits-out FILE.safetensors] [--ignore-eos]
 //   amc-qwen2 --model DIR --demo [--prompt TEXT] [sparse flags]
 //
+// --kv-dtype auto (the default) is the weights' dtype (bf16 for bf16 weights, f32 otherwise);
+// --rope-angles auto is config.json's "amc_rope_angles", else transformers' float32 angles.
 // Text goes to stdout as it is generated; timings to stderr. --json writes JSON lines instead:
-// {"prompt_ids": [...]}, one object per generated token, then a summary. Bad input (missing
+// {"prompt_ids": [...], and the resolved settings}, one object per generated token, then a
+// summary. Bad input (missing
 // model files, bad flags, ids outside the vocabulary): one line on stderr, exit status 2.
 #include <CLI/CLI.hpp>
 #include <amc/amc.hpp>
@@ -95,7 +99,7 @@ struct Arguments {
   std::int64_t tokens = 128;
   std::string attention = "dense";
   amc::SparseConfig sparse;
-  std::string scope = "head", score = "mean", kv_dtype = "bf16";
+  std::string scope = "head", score = "mean", kv_dtype = "auto", rope_angles = "auto";
   int threads = 0;
   bool json = false, retained_mass = false, demo = false, ignore_eos = false;
   std::string logits_out;
@@ -194,8 +198,30 @@ amc::qwen2::SessionOptions session_options(const Arguments& a, bool sparse) {
   o.sparse.score = amc::parse_score_rule(a.score);
   o.threads = a.threads;
   o.retained_mass = a.retained_mass;
-  o.kv_dtype = a.kv_dtype == "f32" ? amc::StorageType::f32 : amc::StorageType::bf16;
+  if (a.kv_dtype != "auto") {
+    o.kv_dtype = a.kv_dtype == "f32" ? amc::StorageType::f32 : amc::StorageType::bf16;
+  }
+  if (a.rope_angles != "auto") o.rope_angles = amc::qwen2::parse_rope_angles(a.rope_angles);
   return o;
+}
+
+/// The KV cache dtype and RoPE angles a session resolved, with what was asked for ("auto" or
+/// the explicit choice): the settings --json records.
+Json resolved_settings(const Arguments& a, const amc::qwen2::Session& session) {
+  return Json{{"kv_dtype", std::string(amc::to_string(*session.options().kv_dtype))},
+              {"kv_dtype_requested", a.kv_dtype},
+              {"rope_angles", std::string(amc::qwen2::to_string(*session.options().rope_angles))},
+              {"rope_angles_requested", a.rope_angles}};
+}
+
+/// "KV cache f32 (auto), RoPE angles exact (auto)" for the text outputs.
+std::string describe_resolved(const Arguments& a, const amc::qwen2::Session& session) {
+  const auto source = [](const std::string& requested) {
+    return requested == "auto" ? std::string(" (auto)") : std::string();
+  };
+  return "KV cache " + std::string(amc::to_string(*session.options().kv_dtype)) +
+         source(a.kv_dtype) + ", RoPE angles " +
+         std::string(amc::qwen2::to_string(*session.options().rope_angles)) + source(a.rope_angles);
 }
 
 std::string describe(const amc::SparseConfig& c) {
@@ -214,7 +240,11 @@ int run_generate(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
   g.max_tokens = a.tokens;
   g.stop_token = a.ignore_eos ? -1 : checkpoint.config().eos_token_id;
   g.keep_logits = !a.logits_out.empty();
-  if (a.json) std::cout << dump(Json{{"prompt_ids", prompt}}) << '\n' << std::flush;
+  if (a.json) {
+    Json first{{"prompt_ids", prompt}};
+    first.update(resolved_settings(a, session));
+    std::cout << dump(first) << '\n' << std::flush;
+  }
   Utf8Stream text;
   const GenerationResult result =
       amc::qwen2::generate(session, prompt, g, [&](const GeneratedToken& t) {
@@ -251,9 +281,10 @@ int run_generate(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
     std::cout << text.flush() << '\n';
     std::fprintf(stderr,
                  "amc-qwen2: %zu tokens; prefill %lld tokens at %.1f tokens/s; decode %.2f "
-                 "tokens/s (%s attention)\n",
+                 "tokens/s (%s attention; %s)\n",
                  ids.size(), static_cast<long long>(result.prompt_tokens),
-                 result.prefill_tokens_per_s(), result.decode_tokens_per_s(), a.attention.c_str());
+                 result.prefill_tokens_per_s(), result.decode_tokens_per_s(), a.attention.c_str(),
+                 describe_resolved(a, session).c_str());
   }
   return 0;
 }
@@ -342,7 +373,7 @@ int run_demo(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
       std::printf("\nsparse decoding: %s; dense prefill\n",
                   describe(session.options().sparse).c_str());
     } else {
-      std::printf("\ndense decoding:\n");
+      std::printf("%s\n\ndense decoding:\n", describe_resolved(a, session).c_str());
     }
     std::fflush(stdout);
     Utf8Stream text;
@@ -455,8 +486,14 @@ int main(int argc, char** argv) {
   app.add_option("--threads", a.threads, "threads (results do not depend on it)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  app.add_option("--kv-dtype", a.kv_dtype, "KV cache storage")
-      ->check(CLI::IsMember({"bf16", "f32"}))
+  app.add_option("--kv-dtype", a.kv_dtype,
+                 "KV cache storage; auto: the weights' dtype (bf16 for bf16 weights, else f32)")
+      ->check(CLI::IsMember({"auto", "bf16", "f32"}))
+      ->capture_default_str();
+  app.add_option("--rope-angles", a.rope_angles,
+                 "RoPE angles: transformers (float32, as transformers computes them) or exact "
+                 "(double); auto: config.json's amc_rope_angles, else transformers")
+      ->check(CLI::IsMember({"auto", "transformers", "exact"}))
       ->capture_default_str();
   app.add_flag("--json", a.json, "JSON lines instead of text");
   app.add_flag("--retained-mass", a.retained_mass,

@@ -76,7 +76,7 @@ struct Session::Impl {
   // Shape.
   std::int64_t hidden, heads, kv_heads, head_dim, half, group, q_dim, kv_dim, inter, vocab;
   float attention_scale;
-  std::vector<double> inverse_frequency;  // [half]: theta^(-2i / head_dim)
+  RotaryTable rope;  // the cos and sin of every position, in the options' convention
 
   // Decode scratch: vectors of one token.
   std::vector<float> x, xn, q, k, v, attn, dense_attn, h, tmp, silu_scratch, cos, sin;
@@ -98,7 +98,8 @@ struct Session::Impl {
         w(c.weights()),
         options(o),
         cache(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, cache_options(o)),
-        pool(pool_threads(o.threads)) {
+        pool(pool_threads(o.threads)),
+        rope(*o.rope_angles, cfg.rope_theta, cfg.head_dim) {
     hidden = cfg.hidden_size;
     heads = cfg.num_attention_heads;
     kv_heads = cfg.num_key_value_heads;
@@ -112,11 +113,6 @@ struct Session::Impl {
     // The same expression amc's operators use for their default scale, so prefill attention
     // (which takes this scale) and decode attention scale queries identically.
     attention_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    inverse_frequency.resize(static_cast<std::size_t>(half));
-    for (std::int64_t i = 0; i < half; ++i) {
-      inverse_frequency[static_cast<std::size_t>(i)] =
-          std::pow(cfg.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-    }
     make_operators();
     auto size = [](std::vector<float>& b, std::int64_t n) {
       b.assign(static_cast<std::size_t>(n), 0.0f);
@@ -186,8 +182,10 @@ struct Session::Impl {
 
   static KvCacheOptions cache_options(const SessionOptions& o) {
     AMC_CHECK(o.threads >= 1, "amc::qwen2::Session", "threads must be >= 1, got ", o.threads);
+    AMC_CHECK(o.kv_dtype.has_value() && o.rope_angles.has_value(), "amc::qwen2::Session",
+              "options not resolved");  // Session's constructor resolves them first
     KvCacheOptions c;
-    c.dtype = o.kv_dtype;
+    c.dtype = *o.kv_dtype;
     if (o.attention == AttentionMode::sparse) {
       o.sparse.validate();
       c.block_size = o.sparse.block_size;
@@ -205,15 +203,7 @@ struct Session::Impl {
     kernels::active().load[kernels::index_of(w.embed.dtype)](w.embed.row(token), out, hidden);
   }
 
-  void angles(std::int64_t position, float* c, float* s) const {
-    for (std::int64_t i = 0; i < half; ++i) {
-      // In f64: at position 10^5 an f32 angle would be off by ~0.01 rad.
-      const double a =
-          static_cast<double>(position) * inverse_frequency[static_cast<std::size_t>(i)];
-      c[i] = static_cast<float>(std::cos(a));
-      s[i] = static_cast<float>(std::sin(a));
-    }
-  }
+  void angles(std::int64_t position, float* c, float* s) const { rope.cos_sin(position, c, s); }
 
   /// Runs task(begin, end) over [0, rows) in chunks of `chunk` rows on the pool.
   template <class Task>
@@ -512,8 +502,28 @@ struct Session::Impl {
   }
 };
 
+StorageType auto_kv_dtype(const Checkpoint& checkpoint) {
+  // bf16 weights: a bf16 cache, as the model's own dtype. f32 weights: f32. f16 weights: f32
+  // too, since the cache has no f16 and bf16 would drop 3 of f16's mantissa bits.
+  return checkpoint.weight_dtype() == StorageType::bf16 ? StorageType::bf16 : StorageType::f32;
+}
+
+RopeAngles auto_rope_angles(const Config& config) {
+  return config.rope_angles.value_or(RopeAngles::transformers);
+}
+
+namespace {
+
+SessionOptions resolve(const Checkpoint& checkpoint, SessionOptions options) {
+  if (!options.kv_dtype) options.kv_dtype = auto_kv_dtype(checkpoint);
+  if (!options.rope_angles) options.rope_angles = auto_rope_angles(checkpoint.config());
+  return options;
+}
+
+}  // namespace
+
 Session::Session(const Checkpoint& checkpoint, SessionOptions options)
-    : impl_(std::make_unique<Impl>(checkpoint, options)) {}
+    : impl_(std::make_unique<Impl>(checkpoint, resolve(checkpoint, std::move(options)))) {}
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 Session::~Session() = default;

@@ -13,11 +13,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "checkpoint.hpp"
 #include "kv_cache.hpp"
+#include "rope.hpp"
 
 namespace amc::qwen2 {
 
@@ -53,11 +55,31 @@ struct SessionOptions {
   int threads = 1;
   /// Sparse decode also runs dense attention, to report the retained mass exp(L_S - L_all).
   bool retained_mass = false;
-  /// KV cache storage: bf16 (as the model's own dtype) or f32.
-  StorageType kv_dtype = StorageType::bf16;
+  /// KV cache storage, bf16 or f32; nullopt ("auto") is the checkpoint's: auto_kv_dtype().
+  /// Session::options() holds the resolved value.
+  std::optional<StorageType> kv_dtype;
+  /// RoPE angle convention (rope.hpp); nullopt ("auto") is the one the checkpoint's
+  /// config.json names, else transformers': auto_rope_angles(). Session::options() holds the
+  /// resolved value.
+  std::optional<RopeAngles> rope_angles;
   /// Called after the attention of every layer of every decode step, when set.
   std::function<void(const LayerAttention&)> on_layer;
 };
+
+/// The KV cache dtype "auto" means for a checkpoint: the dtype its weight matrices are stored
+/// in (Checkpoint::weight_dtype()), which is what amc computes with (it never converts them to
+/// config.json's torch_dtype, a declaration a re-saved file need not match): bf16 weights give
+/// a bf16 cache, f32 weights an f32 cache, so that an f32 checkpoint's keys and values are not
+/// rounded to bf16 (issue 13 measured step 0's logits 2.3e-3 of the logit range away from a
+/// float64 reference with a bf16 cache, 6.8e-7 with an f32 one). f16 weights give an f32
+/// cache: the cache offers bf16 and f32 only, and bf16 would keep 3 mantissa bits fewer than
+/// the f16 model's own activations, while f32 holds every f16 value exactly.
+StorageType auto_kv_dtype(const Checkpoint& checkpoint);
+
+/// The RoPE angle convention "auto" means for a config: its "amc_rope_angles" when present
+/// (models amc trained, such as data/qwen2-tiny with "exact"), else transformers' (float32
+/// angles, as pretrained Qwen2 models were trained and as transformers runs them).
+RopeAngles auto_rope_angles(const Config& config);
 
 /// What one decode step read.
 struct StepStats {
@@ -80,7 +102,8 @@ struct StepStats {
 /// Checkpoint (which must outlive the session). Not thread-safe; use one session per sequence.
 class Session {
  public:
-  /// Throws amc::error on invalid options (sparse config, threads < 1, KV dtype).
+  /// Throws amc::error on invalid options (sparse config, threads < 1, KV dtype). Options left
+  /// to "auto" (kv_dtype, rope_angles) are resolved for the checkpoint.
   explicit Session(const Checkpoint& checkpoint, SessionOptions options = {});
   Session(Session&&) noexcept;
   Session& operator=(Session&&) noexcept;

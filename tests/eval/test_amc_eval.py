@@ -16,6 +16,9 @@
   and its tables without gnuplot.
 - Plot scripts run by hand (`gnuplot plots.gp` in the output directory, as docs/reproduce.md
   says) redraw the images under their own names, not the temporary ones.
+- --kv-dtype and --rope-angles: runs.jsonl records the resolved values and what was asked for
+  (auto: the weights' dtype, config.json's amc_rope_angles else transformers); --resume refuses
+  a changed choice.
 - Refusals: exit status 2 and one line on stderr naming the problem.
 
 usage: test_amc_eval.py PATH/TO/amc-synth PATH/TO/amc-eval
@@ -173,6 +176,10 @@ def main():
         for r in records:
             check(r["settings"]["tokens"] == 8 and r["settings"]["window"] == 64
                   and r["settings"]["decode"] == "sparse", "settings echoed")
+            check(r["settings"]["kv_dtype"] == "bf16" and r["settings"]["kv_dtype_requested"] == "auto"
+                  and r["settings"]["rope_angles"] == "transformers"
+                  and r["settings"]["rope_angles_requested"] == "auto",
+                  f"resolved settings: {r['settings']}")
             check(r["k"] == (r["support"] - 65) // 16, "k")
             check(0.0 < r["retained_mass_min"] <= r["retained_mass_mean"] <= 1.0 + 1e-6,
                   "retained mass range")
@@ -215,6 +222,10 @@ def main():
               "resumed records differ from the uninterrupted ones")
         check_refusal(sweep + ["--out", resumed, "--resume", "--window", "48"],
                       ["--resume", "window = 64", "window = 48"])
+        check_refusal(sweep + ["--out", resumed, "--resume", "--kv-dtype", "f32"],
+                      ["--resume", 'kv_dtype = "bf16"', 'kv_dtype = "f32"'])
+        check_refusal(sweep + ["--out", resumed, "--resume", "--rope-angles", "exact"],
+                      ["--resume", 'rope_angles = "transformers"', 'rope_angles = "exact"'])
         # Nothing left to do: the reports are rewritten from the records alone.
         run(sweep + ["--out", resumed, "--resume"])
 
@@ -252,6 +263,36 @@ def main():
                           f"covering support per group: ppl change {r['ppl_change_pct']}")
                 else:
                     check(abs(r["ppl_change_pct"]) < 1e-3, f"covering support per head: {r['ppl_change_pct']}")
+
+        # --- KV cache dtype and RoPE angles: auto resolved per checkpoint ------------------
+        f32_model = os.path.join(tmp, "model-f32")
+        run([synth, "--out", f32_model, "--dtype", "f32", "--layers", "2", "--hidden", "64", "--heads", "4",
+             "--kv-heads", "2", "--intermediate", "128", "--vocab", "300"])
+        with open(os.path.join(f32_model, "config.json")) as f:
+            config = json.load(f)
+        config["amc_rope_angles"] = "exact"
+        with open(os.path.join(f32_model, "config.json"), "w") as f:
+            json.dump(config, f)
+        one = ["--ids", docs[0], "--contexts", "64", "--supports", "65", "--prefixes", "1", "--tokens", "4"]
+        for label, extra, expected in (
+                ("auto", [], ("f32", "auto", "exact", "auto")),
+                ("explicit", ["--kv-dtype", "bf16", "--rope-angles", "transformers"],
+                 ("bf16", "bf16", "transformers", "transformers"))):
+            settings_out = os.path.join(tmp, "settings-" + label)
+            run([amc_eval, "sweep", "--model", f32_model, *one, *extra, "--out", settings_out])
+            s = read_runs(settings_out)[0]["settings"]
+            got = (s["kv_dtype"], s["kv_dtype_requested"], s["rope_angles"], s["rope_angles_requested"])
+            check(got == expected, f"{label}: recorded {got}, expected {expected}")
+        run([amc_eval, "mass", "--model", f32_model, *one, "--rope-angles", "transformers", "--kv-dtype", "f32",
+             "--out", os.path.join(tmp, "mass-settings")])
+        bad_config = os.path.join(tmp, "model-bad-angles")
+        shutil.copytree(f32_model, bad_config)
+        config["amc_rope_angles"] = "float32"
+        with open(os.path.join(bad_config, "config.json"), "w") as f:
+            json.dump(config, f)
+        check_refusal([amc_eval, "sweep", "--model", bad_config, *one, "--out", os.path.join(tmp, "bad-angles")],
+                      ["config.json", "key 'amc_rope_angles' must be \"transformers\" or \"exact\", "
+                       "got \"float32\""])
 
         # --- text documents, encoded with the model's tokenizer ------------------------------
         text = os.path.join(tmp, "doc.txt")
@@ -354,6 +395,10 @@ def main():
         check_refusal(common + ["--tokens", "1", "--contexts", "64", "--supports", "65", "--out",
                                 bad], ["--tokens must be >= 2"])
         check_refusal(small + ["--supports", "65", "--scope", "all"], ["--scope"])
+        check_refusal(small + ["--supports", "65", "--kv-dtype", "f16"], ["--kv-dtype", "f16"])
+        check_refusal(small + ["--supports", "65", "--rope-angles", "double"], ["--rope-angles", "double"])
+        check_refusal([amc_eval, "mass", "--model", model, "--ids", docs[0], "--contexts", "64", "--supports",
+                       "65", "--kv-dtype", "bfloat16", "--out", bad], ["--kv-dtype"])
         check_refusal([amc_eval, "mass", "--model", model, "--ids", docs[0], "--contexts",
                        "64", "--supports", "70", "--out", bad], ["nearest valid sizes are 65 and 81"])
         check_refusal(base + ["--contexts", "32761", "--supports", "65", "--out", bad],

@@ -3,10 +3,12 @@
 
 amc-synth: the same seed gives byte-identical files, another seed other weights; bad flags exit
 with status 2 and one line on stderr. amc-qwen2 on a tiny synthetic checkpoint: the JSON lines
-(prompt ids, one object per token with the documented keys, the summary), --logits-out's F32
-[steps, vocab] tensor agreeing with the reported logits, text mode, the demo, dense and sparse
-agreeing when the support covers the whole context, threads not changing the output, and
-every kind of bad input giving exit status 2, one line on stderr.
+(prompt ids with the resolved settings, one object per token with the documented keys, the
+summary), --logits-out's F32 [steps, vocab] tensor agreeing with the reported logits, text mode,
+the demo, dense and sparse agreeing when the support covers the whole context, threads not
+changing the output, --kv-dtype and --rope-angles (auto resolving to the weights' dtype and to
+config.json's amc_rope_angles), and every kind of bad input giving exit status 2, one line on
+stderr.
 
 usage: test_amc_qwen2.py PATH/TO/amc-synth PATH/TO/amc-qwen2
 """
@@ -83,6 +85,10 @@ def hostile_files(qwen2, good, tmp):
         "config_big": ({"config.json": config.replace('"vocab_size": 320', '"vocab_size": 16000000')},
                        ["tensor 'model.embed_tokens.weight' has shape [320, 64], expected [16000000, 64]"]),
         "config_not_json": ({"config.json": b"\xff\xfe{"}, ["config.json: not valid JSON"]),
+        "config_rope_angles": ({"config.json": config.replace('"amc_synthetic": true',
+                                                              '"amc_synthetic": true, "amc_rope_angles": "double"')},
+                               ["config.json", "key 'amc_rope_angles' must be \"transformers\" or \"exact\", "
+                                "got \"double\""]),
         "tokenizer_sparse_id": ({"tokenizer.json": sparse_tokenizer},
                                 ["tokenizer.json", "= 16777215 is far beyond the"]),
         "tokenizer_cut": ({"tokenizer.json": tokenizer[:len(tokenizer) // 2]}, ["tokenizer.json: not valid JSON"]),
@@ -118,6 +124,55 @@ def hostile_files(qwen2, good, tmp):
     check(set(os.listdir(tmp)) == before, f"--logits-out over a directory left {set(os.listdir(tmp)) - before}")
 
 
+def kv_dtype_and_rope_angles(qwen2, bf16_model, f32_model, tmp):
+    """--kv-dtype auto is the weights' dtype, --rope-angles auto is config.json's amc_rope_angles
+    (else transformers); explicit choices win; --json's first line records the resolved values
+    with what was asked for; auto computes exactly what the explicit resolved choice does."""
+    prompt = ",".join(str((7 * i + 3) % 300) for i in range(300))  # positions up to 305
+
+    def generate(model, label, *extra):
+        logits = os.path.join(tmp, f"logits_{label}.safetensors")
+        out = run([qwen2, "--model", model, "--prompt-ids", prompt, "-n", "6", "--json", "--ignore-eos",
+                   "--logits-out", logits, *extra]).stdout.splitlines()
+        return json.loads(out[0]) if out else {}, read_file(logits) if os.path.exists(logits) else b""
+
+    def settings(first):
+        return {k: v for k, v in first.items() if k != "prompt_ids"}
+
+    # The KV cache: bf16 weights -> bf16, f32 weights -> f32, unless asked otherwise.
+    first, auto_f32 = generate(f32_model, "f32_auto")
+    check(settings(first) == {"kv_dtype": "f32", "kv_dtype_requested": "auto", "rope_angles": "transformers",
+                              "rope_angles_requested": "auto"}, f"f32 weights, auto: {first}")
+    first, explicit_f32 = generate(f32_model, "f32_f32", "--kv-dtype", "f32")
+    check(settings(first)["kv_dtype"] == "f32" and first["kv_dtype_requested"] == "f32", f"--kv-dtype f32: {first}")
+    check(auto_f32 == explicit_f32, "f32 weights: --kv-dtype auto differs from --kv-dtype f32")
+    first, bf16_cache = generate(f32_model, "f32_bf16", "--kv-dtype", "bf16")
+    check(first.get("kv_dtype") == "bf16" and first.get("kv_dtype_requested") == "bf16", f"--kv-dtype bf16: {first}")
+    check(bf16_cache != auto_f32, "f32 weights: a bf16 cache gives the f32 cache's logits bitwise")
+    first, auto_bf16 = generate(bf16_model, "bf16_auto", "--kv-dtype", "auto")
+    check(first.get("kv_dtype") == "bf16" and first.get("kv_dtype_requested") == "auto", f"bf16 weights: {first}")
+    check(auto_bf16 == generate(bf16_model, "bf16_bf16", "--kv-dtype", "bf16")[1],
+          "bf16 weights: --kv-dtype auto differs from --kv-dtype bf16")
+
+    # RoPE angles: config.json's amc_rope_angles, else transformers.
+    config = read_file(os.path.join(bf16_model, "config.json")).decode()
+    exact_model = copy_checkpoint(bf16_model, os.path.join(tmp, "exact_angles"), {
+        "config.json": config.replace('"amc_synthetic": true', '"amc_synthetic": true, "amc_rope_angles": "exact"')
+        .encode()})
+    first, auto_exact = generate(exact_model, "exact_auto")
+    check(settings(first) == {"kv_dtype": "bf16", "kv_dtype_requested": "auto", "rope_angles": "exact",
+                              "rope_angles_requested": "auto"}, f"amc_rope_angles exact, auto: {first}")
+    check(auto_exact == generate(bf16_model, "exact_explicit", "--rope-angles", "exact")[1],
+          "amc_rope_angles exact: auto differs from --rope-angles exact on the same weights")
+    first, overridden = generate(exact_model, "exact_transformers", "--rope-angles", "transformers")
+    check(first.get("rope_angles") == "transformers" and first.get("rope_angles_requested") == "transformers",
+          f"--rope-angles transformers over amc_rope_angles exact: {first}")
+    check(overridden == auto_bf16, "--rope-angles transformers differs from the default on a config without the key")
+    check(overridden != auto_exact, "exact and transformers' angles give bitwise the same logits over 305 positions")
+    demo = run([qwen2, "--model", exact_model, "--demo", "-n", "4", "--kv-dtype", "f32"]).stdout
+    check("KV cache f32, RoPE angles exact (auto)" in demo, f"--demo does not name the settings: {demo}")
+
+
 def main():
     synth, qwen2 = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
@@ -148,7 +203,9 @@ def main():
                       "--ignore-eos", "--logits-out", logits_file])
         lines = [json.loads(line) for line in result.stdout.splitlines()]
         check(len(lines) == 8, f"--json: expected 8 lines, got {len(lines)}")
-        check(lines[0] == {"prompt_ids": [5, 6, 7, 300]}, f"--json first line: {lines[0]}")
+        check(lines[0] == {"prompt_ids": [5, 6, 7, 300], "kv_dtype": "bf16", "kv_dtype_requested": "auto",
+                           "rope_angles": "transformers", "rope_angles_requested": "auto"},
+              f"--json first line: {lines[0]}")
         steps = lines[1:-1]
         for i, step in enumerate(steps):
             check(list(step) == ["step", "token", "text", "logit", "margin", "min_retained_mass"],
@@ -168,8 +225,12 @@ def main():
                   f"--logits-out row {i}: argmax {top}, reported token {step['token']}")
 
         # Text mode: the continuation on stdout, matching the JSON tokens' text.
-        text = run([qwen2, "--model", a, "--prompt-ids", "5,6,7,300", "-n", "6", "--ignore-eos"]).stdout
-        check(text == "".join(s["text"] for s in steps) + "\n", f"text mode: {text!r}")
+        result = run([qwen2, "--model", a, "--prompt-ids", "5,6,7,300", "-n", "6", "--ignore-eos"])
+        check(result.stdout == "".join(s["text"] for s in steps) + "\n", f"text mode: {result.stdout!r}")
+        check("KV cache bf16 (auto), RoPE angles transformers (auto)" in result.stderr,
+              f"text mode does not name the resolved settings: {result.stderr!r}")
+
+        kv_dtype_and_rope_angles(qwen2, a, f32, tmp)
 
         # Sparse with a support covering everything = dense; threads do not matter.
         def tokens(*extra):
@@ -190,7 +251,8 @@ def main():
 
         # The demo.
         demo = run([qwen2, "--model", a, "--demo", "-n", "24"]).stdout
-        for words in ("dense decoding:", "sparse decoding: block 16, top-k 8", "decode tokens/s: dense",
+        for words in ("KV cache bf16 (auto), RoPE angles transformers (auto)", "dense decoding:",
+                      "sparse decoding: block 16, top-k 8", "decode tokens/s: dense",
                       "of the softmax mass", "retained mass per layer", "layer  0: mean"):
             check(words in demo, f"--demo output lacks {words!r}: {demo}")
         layer_lines = re.findall(r"layer +\d+: mean ([0-9.]+), min ([0-9.]+)", demo)
@@ -208,6 +270,9 @@ def main():
         check_refusal([qwen2, "--model", a, "--prompt", "x", "--attention", "sparse", "--block-size", "0"],
                           ["block_size must be positive"])
         check_refusal([qwen2, "--model", a, "--prompt", "x", "--threads", "0"], ["--threads"])
+        check_refusal([qwen2, "--model", a, "--prompt", "x", "--kv-dtype", "f16"], ["--kv-dtype", "f16"])
+        check_refusal([qwen2, "--model", a, "--prompt", "x", "--rope-angles", "double"],
+                      ["--rope-angles", "double"])
         check_refusal([qwen2, "--model", a, "--prompt", "x", "--bogus"], ["bogus"])
         no_weights = os.path.join(tmp, "no_weights")
         os.makedirs(no_weights)

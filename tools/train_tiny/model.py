@@ -30,12 +30,17 @@ class TinyConfig:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
-    def hf_config(self, eos_token_id: int, description: str = "") -> dict:
+    def hf_config(self, eos_token_id: int, description: str = "", *, rope: str) -> dict:
         """config.json in the Hugging Face Qwen2 format that amc's parse_config reads;
-        `description` goes into "amc_description", which amc-qwen2 --demo prints."""
+        `description` goes into "amc_description", which amc-qwen2 --demo prints, and `rope`,
+        the rotary-angle convention the model was trained with (rope_tables), into
+        "amc_rope_angles", which amc's reference transformer follows by default."""
+        if rope not in ("exact", "transformers"):
+            raise ValueError(f"hf_config: rope is {rope!r}, not 'exact' or 'transformers'")
         config = asdict(self)
         if description:
             config["amc_description"] = description
+        config["amc_rope_angles"] = rope
         config.update(
             architectures=["Qwen2ForCausalLM"],
             model_type="qwen2",

@@ -164,12 +164,13 @@ def reference_logits(model, ids, kv_bf16):
 
 
 def export_folder(model, out, valid, meta, description):
-    """The checkpoint folder: bf16 weights, config.json (with `description`), tokenizer.json,
-    the reference logits of the cross-framework check and `meta` as training.json."""
+    """The checkpoint folder: bf16 weights, config.json (with `description`, and the model's
+    rotary-angle convention as "amc_rope_angles"), tokenizer.json, the reference logits of the
+    cross-framework check and `meta` as training.json."""
     out.mkdir(parents=True, exist_ok=True)
     weights = {k: v.to(torch.bfloat16) for k, v in model.hf_state_dict().items()}
     write_safetensors(out / "model.safetensors", weights, {"format": "pt"})
-    write_json(out / "config.json", model.config.hf_config(EOS_ID, description))
+    write_json(out / "config.json", model.config.hf_config(EOS_ID, description, rope=model.rope))
     write_json(out / "tokenizer.json", tokenizer_json())
     ids = reference_inputs(valid)
     logits = reference_logits(model, ids, kv_bf16=False)

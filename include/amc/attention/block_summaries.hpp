@@ -184,9 +184,14 @@ class BlockSummaries {
         const double v = to_float(value[i]);
         squared += v * v;
       }
-      // Round the norm up so the stored maximum never understates the true f64 norm.
-      const auto norm = static_cast<float>(std::sqrt(squared));
-      const float upper = static_cast<double>(norm) < std::sqrt(squared)
+      // Rounded up so that the stored maximum never understates the exact norm (certified
+      // error bounds rely on it): each square is exact in double, their sum is within
+      // d * 2^-53 relative, and sqrt and the conversion to f32 round once more each.
+      const double exact_upper =
+          std::sqrt(squared * (1.0 + 2.0 * (static_cast<double>(d) + 2.0) * 0x1p-53)) *
+          (1.0 + 0x1p-51);
+      const auto norm = static_cast<float>(exact_upper);
+      const float upper = static_cast<double>(norm) < exact_upper
                               ? std::nextafter(norm, std::numeric_limits<float>::infinity())
                               : norm;
       // NaN is sticky here too: a NaN value makes the block's norm bound NaN, not ignored.

@@ -1,6 +1,6 @@
-// Certified bounds on a sparse step's omitted mass and output error from block summaries alone
-// (THEORY.md section 5), and adaptive selection that grows the support until the bound meets a
-// target.
+// Certified bounds on a sparse step's omitted mass and output error from block summaries and
+// the support the step read (THEORY.md sections 5 and 8), and adaptive selection that grows the
+// support until the bound meets a target.
 //
 // Per block b the summaries hold the channel-wise min and max key and the largest value norm.
 // For any query q, ub_b = c sum_i max(q_i kmin_{b,i}, q_i kmax_{b,i}) >= max_{j in b} s_j, so
@@ -8,8 +8,18 @@
 // eps = Z_O / (Z_S + Z_O) grows with Z_O,
 //     eps <= U / (Z_S + U)                        (Z_S = exp(L_S), in log space here)
 //     ||o - o_S|| <= eps_bound (max_{b with omitted positions} vmax_b + ||o_S||).
-// Neither reads an omitted key or value. How tight they are on real attention is a measurement,
-// not an assumption: they are loose whenever a block's channel ranges are wide.
+// Neither reads an omitted key or value.
+//
+// What "certified" means here: the bounds hold for the exact real-arithmetic quantities of the
+// stored (rounded) q, k and v, for every finite input, with no assumption about the kernels.
+// L_S and o_S are recomputed in double over the support (products of f32, bf16 or f16 numbers
+// are exact in double), and every rounding of that computation and of ub_b, log U and the final
+// ratio is bounded and added in the safe direction (certified_arithmetic.hpp). The f32
+// log-sum-exp an operator returns is not used: its rounding depends on the kernels (an f32 L_S
+// overstated the exact one by more than any fixed slack when scores cancel or the support is
+// large). Cost: one more pass over the support's keys and values and one over every block's
+// channel bounds, in scalar double: for a Qwen2-0.5B group about 44x the sparse step at 16K
+// positions (BM_CertifiedBounds, docs/performance.md). An analysis path, not a decoding one.
 #pragma once
 
 #include <algorithm>
@@ -24,32 +34,39 @@
 #include "amc/attention/sparse_config.hpp"
 #include "amc/attention/support.hpp"
 #include "amc/error.hpp"
-#include "amc/kernels/kernel_table.hpp"
 #include "amc/kv_view.hpp"
-#include "amc/math/omitted_mass.hpp"
+#include "amc/math/certified_arithmetic.hpp"
 
 namespace amc {
 
-/// What the summaries certify about one sparse step of one query head.
+/// What the summaries and the support certify about one sparse step of one query head. Every
+/// field is an outward-rounded bound on the exact quantity it names.
 struct CertifiedBounds {
-  double log_omitted_mass_upper = -std::numeric_limits<double>::infinity();  ///< log U
-  double omitted_mass_bound = 0.0;  ///< U / (Z_S + U) >= eps; 0 when nothing is omitted
-  double error_bound = 0.0;         ///< omitted_mass_bound * (max vmax + ||o_S||) >= ||o - o_S||
+  double lse_support_lower = -std::numeric_limits<double>::infinity();       ///< <= L_S
+  double log_omitted_mass_upper = -std::numeric_limits<double>::infinity();  ///< log U >= log Z_O
+  /// >= log eps; -inf when nothing is omitted. Use it for masses below 1e-308.
+  double log_omitted_mass_bound = -std::numeric_limits<double>::infinity();
+  /// U / (Z_S + U) >= eps: 0 exactly when nothing is omitted, > 0 (at least the smallest
+  /// double) whenever something is, at most 1.
+  double omitted_mass_bound = 0.0;
+  double sparse_norm_upper = 0.0;  ///< >= ||o_S|| (exact sparse output over the support)
+  /// omitted_mass_bound * (max vmax + ||o_S||) >= ||o - o_S||.
+  double error_bound = 0.0;
   std::int64_t omitted_positions = 0;
 };
 
-/// ub_b = c sum_i max(q_i kmin_{b,i}, q_i kmax_{b,i}), in double (no f32 rounding of the bound).
+/// ub_b = c sum_i max(q_i kmin_{b,i}, q_i kmax_{b,i}) in double, rounded up: >= the exact score
+/// c <q, k_j> of every position j of block b.
 /// \param query [head_dim], unscaled
 inline double block_score_upper_bound(std::span<const float> query, double scale,
                                       const BlockSummaries& summaries, std::int64_t block) {
+  const auto d = static_cast<std::size_t>(summaries.head_dim());
   const auto lo = summaries.channel_min();
   const auto hi = summaries.channel_max();
-  double sum = 0.0;
-  for (std::int64_t i = 0; i < summaries.head_dim(); ++i) {
-    const double q = query[static_cast<std::size_t>(i)];
-    sum += std::max(q * lo(block, i), q * hi(block, i));
-  }
-  return scale * sum;
+  const certified::Bounded ub =
+      certified::score_upper_bound(query, scale, std::span<const float>(lo.row(block).data(), d),
+                                   std::span<const float>(hi.row(block).data(), d));
+  return ub.value + ub.error;
 }
 
 namespace detail {
@@ -66,66 +83,165 @@ inline void check_certified_inputs(const char* where, std::span<const float> que
             scale);
 }
 
-/// eps_bound from log U and L_S. L_S comes from an f32 operator, so it is lowered by its
-/// rounding allowance (lse_slack) first: the bound must hold for the exact L_S.
-inline double omitted_mass_bound_from_logs(double log_u, double lse_support) {
-  // NaN in (a bound on a NaN key) or NaN out: nothing is certified over NaN scores.
-  if (std::isnan(log_u) || std::isnan(lse_support)) return std::numeric_limits<double>::quiet_NaN();
-  if (log_u == -std::numeric_limits<double>::infinity()) return 0.0;
-  if (lse_support == -std::numeric_limits<double>::infinity()) return 1.0;
-  const double lse_low = lse_support - lse_slack(lse_support);
-  return 1.0 / (1.0 + std::exp(lse_low - log_u));  // U / (Z_S + U), overflow-free
+template <KvViewLike View>
+void check_view_matches(const char* where, const View& kv, const BlockSummaries& summaries) {
+  AMC_CHECK(summaries.positions() == kv.positions() && summaries.head_dim() == kv.head_dim(), where,
+            "summaries [", summaries.positions(), " positions, head_dim ", summaries.head_dim(),
+            "] do not match the KV view [", kv.positions(), ", ", kv.head_dim(), "]");
 }
 
-/// Positions of [lo, hi) outside the (normalized) support.
-inline std::int64_t positions_outside(const Support& support, std::int64_t lo, std::int64_t hi) {
-  std::int64_t inside = 0;
-  for (const PositionRange& r : support.ranges()) {
-    inside += std::max<std::int64_t>(0, std::min(hi, r.end) - std::max(lo, r.begin));
+/// Counts the positions of consecutive, increasing position ranges that lie outside a
+/// (normalized) support, walking the support once: O(blocks + ranges) over a whole cache, not
+/// O(blocks x ranges).
+class OutsideCounter {
+ public:
+  explicit OutsideCounter(const Support& support) : ranges_(support.ranges()) {}
+
+  /// Positions of [lo, hi) outside the support; lo must not decrease between calls.
+  std::int64_t operator()(std::int64_t lo, std::int64_t hi) {
+    while (next_ < ranges_.size() && ranges_[next_].end <= lo) ++next_;
+    std::int64_t inside = 0;
+    for (std::size_t r = next_; r < ranges_.size() && ranges_[r].begin < hi; ++r) {
+      inside += std::min(hi, ranges_[r].end) - std::max(lo, ranges_[r].begin);
+    }
+    return (hi - lo) - inside;
   }
-  return (hi - lo) - inside;
+
+ private:
+  std::span<const PositionRange> ranges_;
+  std::size_t next_ = 0;
+};
+
+/// The support's exact log-sum-exp L_S and sparse output o_S, recomputed in double from the
+/// stored keys and values, with bounds on their rounding.
+struct SupportRecomputation {
+  certified::LogSumExp lse;        ///< over the support's scores
+  double sparse_norm_upper = 0.0;  ///< >= ||o_S||
+};
+
+/// Two passes over the support: scores (kept) into the log-sum-exp, then the weights and the
+/// weighted values. ||o_S|| is bounded by the smaller of
+///   ||computed o_S|| + its distance from the exact o_S, and max_{j in S} ||v_j||
+/// (o_S is a convex combination of the v_j). With every weight within a factor exp(+-D) of its
+/// exact value (D: the largest score error plus the shift's and exp's rounding), the
+/// normalised weights are within exp(2D) - 1 relative, which moves o_S by at most
+/// (exp(2D) - 1) max ||v_j||; the double sums add 2 gamma_{n+2} max ||v_j||.
+template <KvViewLike View>
+SupportRecomputation recompute_support(std::span<const float> query, double scale, const View& kv,
+                                       const Support& support) {
+  SupportRecomputation out;
+  const auto d = static_cast<std::size_t>(kv.head_dim());
+  std::vector<double> scores;
+  scores.reserve(static_cast<std::size_t>(support.size()));
+  double max_score_error = 0.0;
+  for (const PositionRange& r : support.ranges()) {
+    for (std::int64_t p = r.begin; p < r.end; ++p) {
+      const certified::Bounded s = certified::score(query, scale, kv.key(p));
+      scores.push_back(s.value);
+      max_score_error = std::max(max_score_error, s.error);
+      out.lse.add(s.value, s.error);
+    }
+  }
+  if (scores.empty() || std::isnan(out.lse.value())) {
+    out.sparse_norm_upper = scores.empty() ? 0.0 : std::numeric_limits<double>::quiet_NaN();
+    return out;
+  }
+  const double shift = *std::max_element(scores.begin(), scores.end());
+  std::vector<double> weighted(d, 0.0);
+  double total = 0.0, max_value_norm = 0.0, largest_depth = 0.0;
+  std::size_t j = 0;
+  for (const PositionRange& r : support.ranges()) {
+    for (std::int64_t p = r.begin; p < r.end; ++p, ++j) {
+      const double depth = shift - scores[j];
+      largest_depth = std::max(largest_depth, std::min(depth, certified::kExpUnderflowDistance));
+      const double w = std::exp(-depth);
+      total += w;
+      const auto* v = kv.value(p);
+      double* out_row = weighted.data();
+      for (std::size_t i = 0; i < d; ++i) out_row[i] += w * static_cast<double>(to_float(v[i]));
+      const double norm = certified::norm_upper(v, d);
+      if (!(norm <= max_value_norm)) max_value_norm = norm;  // NaN-propagating
+    }
+  }
+  double squared = 0.0;
+  for (const double x : weighted) squared += (x / total) * (x / total);
+  const auto n = static_cast<double>(scores.size());
+  const double u = certified::kUnitRoundoff;
+  const double weight_error = max_score_error + (largest_depth + 4.0) * u;
+  const double perturbation = std::expm1(2.0 * weight_error) * (1.0 + 4.0 * u);
+  const double computed_norm = std::sqrt(squared) * (1.0 + (static_cast<double>(d) + 8.0) * u);
+  const double bound =
+      computed_norm + (perturbation + 4.0 * (n + 4.0) * u) * max_value_norm * (1.0 + 4.0 * u);
+  out.sparse_norm_upper = std::isnan(bound) ? bound : std::min(bound, max_value_norm);
+  return out;
+}
+
+/// omitted_mass_bound and error_bound from the support's recomputation, log U (already an
+/// upper bound) and the largest omitted value norm; fills the rest of `out`.
+inline void finish_bounds(const SupportRecomputation& support, double max_omitted_value_norm,
+                          CertifiedBounds& out) {
+  const bool something_omitted = out.omitted_positions > 0;
+  out.lse_support_lower = support.lse.lower();
+  out.sparse_norm_upper = support.sparse_norm_upper;
+  out.log_omitted_mass_bound =
+      certified::log_omitted_mass_upper(out.lse_support_lower, out.log_omitted_mass_upper);
+  out.omitted_mass_bound =
+      certified::mass_from_log_upper(out.log_omitted_mass_bound, something_omitted);
+  if (!something_omitted) {
+    out.error_bound = 0.0;
+    return;
+  }
+  // In log space too, so that a subnormal mass times a norm cannot round down to 0.
+  const double norms =
+      (max_omitted_value_norm + out.sparse_norm_upper) * (1.0 + 4.0 * certified::kUnitRoundoff);
+  if (std::isnan(norms) || std::isnan(out.log_omitted_mass_bound)) {
+    out.error_bound = std::numeric_limits<double>::quiet_NaN();
+  } else if (norms == 0.0) {
+    out.error_bound = 0.0;  // every omitted value and o_S are 0: so is the error
+  } else {
+    const double log_error = out.log_omitted_mass_bound + std::log(norms);
+    out.error_bound = certified::round_up(
+        std::exp(log_error + 4.0 * certified::kUnitRoundoff * (std::abs(log_error) + 1.0)), true);
+  }
 }
 
 }  // namespace detail
 
-/// Certified bounds for one query head whose sparse step read `support`.
-/// \param query       [head_dim], unscaled (the bound is computed for scores c <q, k>)
-/// \param scale       attention scale c
-/// \param summaries   built with channel_bounds and value_norms, covering the whole cache
-/// \param support     the positions the sparse step read (normalized)
-/// \param lse_support HeadResult::lse of that step (-inf if it read nothing)
-/// \param sparse_out  [head_dim] the sparse step's output o_S
-inline CertifiedBounds certified_bounds(std::span<const float> query, double scale,
-                                        const BlockSummaries& summaries, const Support& support,
-                                        double lse_support, std::span<const float> sparse_out) {
+/// Certified bounds for one query head whose sparse step read `support`: what the exact
+/// (real-arithmetic) sparse step over `support` omits, for the stored keys and values of `kv`.
+/// Reads the summaries and the support's keys and values, nothing else.
+/// \param query     [head_dim], unscaled (the bound is computed for scores c <q, k>)
+/// \param scale     attention scale c
+/// \param kv        the KV head the step read
+/// \param summaries built with channel_bounds and value_norms, covering the whole of `kv`
+/// \param support   the positions the sparse step read (normalized)
+/// A NaN in a key or value the bound depends on makes the affected bounds NaN: nothing is
+/// certified over it.
+template <KvViewLike View>
+CertifiedBounds certified_bounds(std::span<const float> query, double scale, const View& kv,
+                                 const BlockSummaries& summaries, const Support& support) {
   constexpr const char* where = "amc::certified_bounds";
   detail::check_certified_inputs(where, query, scale, summaries);
-  AMC_CHECK(sparse_out.size() == query.size(), where, "sparse_out has ", sparse_out.size(),
-            " elements, expected head_dim ", query.size());
+  detail::check_view_matches(where, kv, summaries);
   AMC_CHECK(support.end() <= summaries.positions(), where, "support reaches position ",
             support.end() - 1, " beyond the ", summaries.positions(), " summarised positions");
-  AMC_CHECK(!std::isnan(lse_support) && lse_support < std::numeric_limits<double>::infinity(),
-            where, "lse_support must be finite or -inf, got ", lse_support);
   CertifiedBounds out;
+  certified::LogSumExp omitted;  // log U over blocks with omitted positions
   double max_value_norm = 0.0;
   const auto value_norms = summaries.value_norm_max();
+  detail::OutsideCounter outside(support);
   for (std::int64_t b = 0; b < summaries.blocks(); ++b) {
-    const std::int64_t omitted =
-        detail::positions_outside(support, summaries.block_begin(b), summaries.block_end(b));
-    if (omitted == 0) continue;
-    out.omitted_positions += omitted;
-    out.log_omitted_mass_upper = detail::log_add_exp(
-        out.log_omitted_mass_upper, std::log(static_cast<double>(omitted)) +
-                                        block_score_upper_bound(query, scale, summaries, b));
-    // NaN-propagating max (std::max would drop a NaN norm, i.e. a NaN value left out).
+    const std::int64_t count = outside(summaries.block_begin(b), summaries.block_end(b));
+    if (count == 0) continue;
+    out.omitted_positions += count;
+    const double log_count = std::log(static_cast<double>(count));
+    omitted.add(log_count + block_score_upper_bound(query, scale, summaries, b),
+                4.0 * certified::kUnitRoundoff * (log_count + 1.0));
     const double norm = value_norms[static_cast<std::size_t>(b)];
     if (!std::isnan(max_value_norm) && !(norm <= max_value_norm)) max_value_norm = norm;
   }
-  out.omitted_mass_bound =
-      detail::omitted_mass_bound_from_logs(out.log_omitted_mass_upper, lse_support);
-  double sparse_norm = 0.0;
-  for (const float x : sparse_out) sparse_norm += static_cast<double>(x) * x;
-  out.error_bound = out.omitted_mass_bound * (max_value_norm + std::sqrt(sparse_norm));
+  out.log_omitted_mass_upper = omitted.upper();
+  detail::finish_bounds(detail::recompute_support(query, scale, kv, support), max_value_norm, out);
   return out;
 }
 
@@ -134,14 +250,17 @@ struct AdaptiveSelection {
   std::vector<std::int64_t> blocks;  ///< selected blocks, increasing
   Support support;                   ///< sinks U window U blocks
   std::int64_t needed_k = 0;         ///< blocks added (== blocks.size())
-  double omitted_mass_bound = 1.0;   ///< certified bound at the final support
-  double lse_support = -std::numeric_limits<double>::infinity();  ///< over the final support
+  double omitted_mass_bound = 1.0;   ///< certified bound at the final support (as certified_bounds)
+  /// <= L_S over the final support (recomputed in double, rounding subtracted).
+  double lse_support_lower = -std::numeric_limits<double>::infinity();
   bool target_met = false;  ///< bound <= target (false: stopped at max_k or out of blocks)
 };
 
 /// Grows the support best-first (by `block_ranking`, higher first, ties to the lower index)
 /// from sinks U window until the certified omitted-mass bound is <= `target` or `max_k` blocks
-/// were added. Reads only the keys of the support it builds, plus the summaries.
+/// were added. Reads only the keys of the support it builds, plus the summaries; the bound at
+/// every size is certified_bounds()'s (same recomputation in double, same outward rounding),
+/// so target_met guarantees the exact omitted mass is <= target.
 /// \param query         [head_dim], unscaled
 /// \param kv            the KV head; summaries must cover all its positions
 /// \param config        block_size, sinks and window (top_k is ignored: max_k caps instead)
@@ -151,13 +270,10 @@ AdaptiveSelection adaptive_select(std::span<const float> query, double scale, co
                                   const BlockSummaries& summaries, const SparseConfig& config,
                                   std::span<const float> block_ranking, double target,
                                   std::int64_t max_k) {
-  using T = typename View::value_type;
   constexpr const char* where = "amc::adaptive_select";
   config.validate();
   detail::check_certified_inputs(where, query, scale, summaries);
-  AMC_CHECK(summaries.positions() == kv.positions() && summaries.head_dim() == kv.head_dim(), where,
-            "summaries [", summaries.positions(), " positions, head_dim ", summaries.head_dim(),
-            "] do not match the KV view [", kv.positions(), ", ", kv.head_dim(), "]");
+  detail::check_view_matches(where, kv, summaries);
   AMC_CHECK(summaries.block_size() == config.block_size, where, "summaries have block_size ",
             summaries.block_size(), " but config.block_size is ", config.block_size);
   AMC_CHECK(block_ranking.size() == static_cast<std::size_t>(summaries.blocks()), where,
@@ -178,34 +294,27 @@ AdaptiveSelection adaptive_select(std::span<const float> query, double scale, co
   });
 
   // Term of each candidate in log U: log(positions outside the always-kept parts) + ub_b.
-  // suffix[r] = log sum of the terms of order[r..]: log U once order[0..r) are selected.
+  // log_u[r] >= log U once order[0..r) are selected (an upper bound, rounding included).
   auto new_range = [&](std::int64_t b) {
     return PositionRange{std::max(b * config.block_size, candidates.kept_prefix),
                          std::min((b + 1) * config.block_size, candidates.kept_suffix_begin)};
   };
-  std::vector<double> suffix(order.size() + 1, -std::numeric_limits<double>::infinity());
+  std::vector<double> log_u(order.size() + 1, -std::numeric_limits<double>::infinity());
+  certified::LogSumExp suffix;
   for (std::size_t r = order.size(); r-- > 0;) {
-    const double term = std::log(static_cast<double>(new_range(order[r]).size())) +
-                        block_score_upper_bound(query, scale, summaries, order[r]);
-    suffix[r] = detail::log_add_exp(suffix[r + 1], term);
+    const double log_count = std::log(static_cast<double>(new_range(order[r]).size()));
+    suffix.add(log_count + block_score_upper_bound(query, scale, summaries, order[r]),
+               4.0 * certified::kUnitRoundoff * (log_count + 1.0));
+    log_u[r] = suffix.upper();
   }
 
-  // L_S over a growing support, from scores computed by the kernels in f32, summed in f64.
-  std::vector<float> scaled(query.begin(), query.end());
-  for (float& x : scaled) x = static_cast<float>(x * scale);
-  const auto& table = kernels::active();
-  std::vector<float> scores;
-  double lse = -std::numeric_limits<double>::infinity();
+  // L_S over the growing support, in double with its rounding bounded.
+  certified::LogSumExp lse;
   auto absorb = [&](std::int64_t begin, std::int64_t end) {
-    if (begin >= end) return;
-    scores.resize(static_cast<std::size_t>(end - begin));
-    kv.for_each_run(begin, end,
-                    [&](const T* keys, const T*, std::int64_t first, std::int64_t rows) {
-                      table.score_rows[kernels::index_of(storage_type_of<T>)](
-                          scaled.data(), 1, kv.head_dim(), keys, kv.key_stride(), rows,
-                          scores.data() + (first - begin), 0);
-                    });
-    for (const float s : scores) lse = detail::log_add_exp(lse, s);
+    for (std::int64_t p = begin; p < end; ++p) {
+      const certified::Bounded s = certified::score(query, scale, kv.key(p));
+      lse.add(s.value, s.error);
+    }
   };
   absorb(0, candidates.kept_prefix);
   absorb(std::max(candidates.kept_suffix_begin, candidates.kept_prefix), kv.positions());
@@ -214,7 +323,14 @@ AdaptiveSelection adaptive_select(std::span<const float> query, double scale, co
   const auto limit = static_cast<std::size_t>(std::min<std::int64_t>(max_k, candidates.count()));
   std::size_t k = 0;
   for (;; ++k) {
-    out.omitted_mass_bound = detail::omitted_mass_bound_from_logs(suffix[k], lse);
+    const double log_bound = certified::log_omitted_mass_upper(lse.lower(), log_u[k]);
+    // A bound for a support also bounds every larger one, so the running minimum is certified
+    // too; it makes the bound non-increasing in k even where the rounding allowance of a
+    // larger sum grows faster than a tiny added term raises L_S.
+    const double bound = certified::mass_from_log_upper(log_bound, k < order.size());
+    out.omitted_mass_bound = k == 0 || std::isnan(bound) || std::isnan(out.omitted_mass_bound)
+                                 ? bound
+                                 : std::min(out.omitted_mass_bound, bound);
     if (out.omitted_mass_bound <= target || k == limit) break;
     const PositionRange added = new_range(order[k]);
     absorb(added.begin, added.end);
@@ -223,7 +339,7 @@ AdaptiveSelection adaptive_select(std::span<const float> query, double scale, co
   out.blocks.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
   std::sort(out.blocks.begin(), out.blocks.end());
   out.needed_k = static_cast<std::int64_t>(k);
-  out.lse_support = lse;
+  out.lse_support_lower = lse.lower();
   build_support(kv.positions(), config, out.blocks, out.support);
   return out;
 }

@@ -18,10 +18,13 @@
 #include <cstdint>
 #include <iomanip>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "amc/attention/support.hpp"
 #include "amc/error.hpp"
+#include "amc/kv_view.hpp"
+#include "amc/storage.hpp"
 #include "amc/tensor.hpp"
 
 namespace amc {
@@ -99,7 +102,8 @@ inline double checked_omitted_mass(double omitted_mass, const char* where) {
 }
 
 /// Throws naming `name` and the first non-finite element of a vector.
-inline void check_finite_vector(const ConstVectorRef& vector, const char* where, const char* name) {
+template <class Vec>
+void check_finite_vector(const Vec& vector, const char* where, const char* name) {
   for (Eigen::Index i = 0; i < vector.size(); ++i) {
     AMC_CHECK(std::isfinite(vector[i]), where, name, "[", i, "] = ", vector[i], " is not finite");
   }
@@ -182,9 +186,10 @@ struct OmissionAnalysis {
   double direction_cosine = 0.0;
 };
 
-/// Analyses one sparse step against the dense one (THEORY.md section 2).
+/// Analyses one sparse step against the dense one (THEORY.md section 2), in double.
 ///
-/// @param scores     [positions] the scaled scores s_j = c * <q, k_j> of every cached position.
+/// @param scores     [positions] the scaled scores s_j = c * <q, k_j> of every cached position
+///                   (exact_scores() computes them in double from the stored keys).
 /// @param values     [positions, head_dim] the value rows v_j.
 /// @param support    the positions the sparse step read; sorted, disjoint, within [0, positions).
 /// @param dense_out  [head_dim] o, the dense output.
@@ -199,9 +204,10 @@ struct OmissionAnalysis {
 ///
 /// Throws amc::error naming the argument when positions < 1, head_dim < 1, shapes disagree, the
 /// support is unsorted or reaches outside [0, positions), or any input is not finite.
-inline OmissionAnalysis analyse_omission(const ConstVectorRef& scores, const ConstMatrixRef& values,
-                                         const Support& support, const ConstVectorRef& dense_out,
-                                         const ConstVectorRef& sparse_out) {
+inline OmissionAnalysis analyse_omission(const Eigen::Ref<const VectorD>& scores,
+                                         const ConstMatrixRef& values, const Support& support,
+                                         const Eigen::Ref<const VectorD>& dense_out,
+                                         const Eigen::Ref<const VectorD>& sparse_out) {
   constexpr const char* where = "amc::analyse_omission";
   constexpr double minus_infinity = -std::numeric_limits<double>::infinity();
   const Eigen::Index positions = scores.size();
@@ -270,8 +276,8 @@ inline OmissionAnalysis analyse_omission(const ConstVectorRef& scores, const Con
   result.omitted_mass = detail::logistic(log_odds_omitted);
   result.retained_mass = detail::logistic(-log_odds_omitted);
 
-  const Eigen::VectorXd dense = dense_out.cast<double>();
-  const Eigen::VectorXd sparse = sparse_out.cast<double>();
+  const Eigen::VectorXd& dense = dense_out;
+  const Eigen::VectorXd& sparse = sparse_out;
   const double eps = result.omitted_mass;
 
   result.error = dense - sparse;
@@ -306,6 +312,77 @@ inline OmissionAnalysis analyse_omission(const ConstVectorRef& scores, const Con
     result.direction_cosine = result.error.dot(sparse) / (result.error_norm * sparse_norm);
   }
   return result;
+}
+
+/// The same for f32 scores and outputs (an operator's), converted to double first.
+inline OmissionAnalysis analyse_omission(const ConstVectorRef& scores, const ConstMatrixRef& values,
+                                         const Support& support, const ConstVectorRef& dense_out,
+                                         const ConstVectorRef& sparse_out) {
+  return analyse_omission(VectorD(scores.cast<double>()), values, support,
+                          VectorD(dense_out.cast<double>()), VectorD(sparse_out.cast<double>()));
+}
+
+/// The scores c <q, k_j> of every position of `kv`, in double: each product of the f32 query
+/// and a stored key element is exact, and the sum is within head_dim * 2^-53 of
+/// sum_i |q_i k_ji| (not f32's 2^-24), so cancellation costs digits of double, not of f32.
+/// \param query [head_dim], unscaled; returns [positions]
+template <KvViewLike View>
+VectorD exact_scores(std::span<const float> query, double scale, const View& kv) {
+  AMC_CHECK(query.size() == static_cast<std::size_t>(kv.head_dim()), "amc::exact_scores",
+            "query has ", query.size(), " elements, the KV view has head_dim ", kv.head_dim());
+  VectorD scores(kv.positions());
+  for (std::int64_t p = 0; p < kv.positions(); ++p) {
+    const auto* key = kv.key(p);
+    double dot = 0.0;
+    for (std::size_t i = 0; i < query.size(); ++i) {
+      dot += static_cast<double>(query[i]) * static_cast<double>(to_float(key[i]));
+    }
+    scores[p] = scale * dot;
+  }
+  return scores;
+}
+
+/// Dense and sparse outputs of one query head computed in double from its scores: what an
+/// exact operator would return. [head_dim] each; `sparse` is 0 for an empty support.
+struct ExactOutputs {
+  VectorD dense;
+  VectorD sparse;
+};
+
+/// \param scores [positions] (exact_scores()); values [positions, head_dim]; support sorted
+///        ranges within [0, positions)
+inline ExactOutputs exact_outputs(const Eigen::Ref<const VectorD>& scores,
+                                  const ConstMatrixRef& values, const Support& support) {
+  constexpr const char* where = "amc::exact_outputs";
+  AMC_CHECK(values.rows() == scores.size(), where, "values has ", values.rows(),
+            " rows but scores has ", scores.size(), " positions");
+  AMC_CHECK(support.end() <= scores.size(), where, "support reaches position ", support.end() - 1,
+            " beyond the ", scores.size(), " positions");
+  const Eigen::Index d = values.cols();
+  ExactOutputs out{VectorD::Zero(d), VectorD::Zero(d)};
+  if (scores.size() == 0) return out;
+  const double shift = scores.maxCoeff();
+  double total = 0.0;
+  for (Eigen::Index j = 0; j < scores.size(); ++j) {
+    const double w = std::exp(scores[j] - shift);
+    total += w;
+    out.dense += w * values.row(j).transpose().cast<double>();
+  }
+  out.dense /= total;
+  double support_shift = -std::numeric_limits<double>::infinity();
+  for (const PositionRange& r : support.ranges())
+    for (std::int64_t p = r.begin; p < r.end; ++p)
+      support_shift = std::max(support_shift, scores[p]);
+  double support_total = 0.0;
+  for (const PositionRange& r : support.ranges()) {
+    for (std::int64_t p = r.begin; p < r.end; ++p) {
+      const double w = std::exp(scores[p] - support_shift);
+      support_total += w;
+      out.sparse += w * values.row(p).transpose().cast<double>();
+    }
+  }
+  if (support_total > 0.0) out.sparse /= support_total;
+  return out;
 }
 
 /// How far a dense/sparse pair is from the identity o - o_S = eps * (mu_O - o_S).
