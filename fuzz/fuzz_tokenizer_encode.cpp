@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "amc/error.hpp"
+#include "qwen2/synth_tokenizer.hpp"
 #include "qwen2/tokenizer.hpp"
 
 namespace {

@@ -139,6 +139,7 @@ KernelTable make_table() {
       table.score_rows[i] = &score_rows_entry<Ops, T>;
     }
   };
+  static_assert(kStorageTypes == 3, "one fill per storage type");
   fill.template operator()<float>();
   fill.template operator()<bf16>();
   fill.template operator()<f16>();

@@ -9,19 +9,17 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <system_error>
 #include <tuple>
 #include <utility>
 
 #include "amc/error.hpp"
+#include "amc/io/atomic_file.hpp"
 
 namespace amc {
 namespace {
@@ -403,85 +401,6 @@ std::array<std::uint8_t, 8> length_prefix(std::uint64_t length) {
   std::memcpy(prefix.data(), &length, sizeof length);  // little-endian host (static_assert)
   return prefix;
 }
-
-/// Owns the temporary file of write_safetensors: closes and deletes it unless committed.
-class TemporaryFile {
- public:
-  TemporaryFile(const std::filesystem::path& target, const char* where) : where_(where) {
-    const std::filesystem::path directory =
-        target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
-    static std::atomic<std::uint64_t> counter{0};
-    const auto stamp =
-        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-    // O_EXCL with a name unique per process, call and time; retry the rare collision.
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      std::ostringstream name;
-      name << '.' << target.filename().string() << ".tmp-" << ::getpid() << '-'
-           << counter.fetch_add(1) << '-' << std::hex << (stamp + static_cast<unsigned>(attempt));
-      path_ = directory / name.str();
-      // 0666 so that the final file gets the caller's umask like any newly created file.
-      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd_ >= 0) return;
-      const int error_number = errno;
-      if (error_number != EEXIST) {
-        detail::throw_error(where_, target.string(), ": cannot create temporary file ",
-                            path_.string(), ": ", errno_message(error_number));
-      }
-    }
-    detail::throw_error(where_, target.string(), ": cannot find a free temporary file name in ",
-                        directory.string());
-  }
-  TemporaryFile(const TemporaryFile&) = delete;
-  TemporaryFile& operator=(const TemporaryFile&) = delete;
-  ~TemporaryFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-
-  void write(std::span<const std::byte> bytes) {
-    while (!bytes.empty()) {
-      const ::ssize_t written = ::write(fd_, bytes.data(), bytes.size());
-      if (written < 0) {
-        const int error_number = errno;
-        if (error_number == EINTR) continue;
-        fail("write", error_number);
-      }
-      bytes = bytes.subspan(static_cast<std::size_t>(written));
-    }
-  }
-
-  /// Flushes to disk, closes and renames over `target`. After this the file is `target`.
-  void commit(const std::filesystem::path& target) {
-    if (::fsync(fd_) != 0) fail("fsync", errno);
-    const int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) fail("close", errno);
-    if (::rename(path_.c_str(), target.c_str()) != 0) {
-      const int error_number = errno;
-      detail::throw_error(where_, target.string(), ": cannot rename ", path_.string(),
-                          " over it: ", errno_message(error_number));
-    }
-    committed_ = true;
-    // Best effort: persist the rename itself; the data are already safe.
-    const std::filesystem::path directory =
-        target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
-    const int directory_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (directory_fd >= 0) {
-      static_cast<void>(::fsync(directory_fd));
-      ::close(directory_fd);
-    }
-  }
-
- private:
-  [[noreturn]] void fail(const char* operation, int error_number) const {
-    detail::throw_error(where_, path_.string(), ": ", operation,
-                        " failed: ", errno_message(error_number));
-  }
-
-  const char* where_;
-  std::filesystem::path path_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 }  // namespace
 
@@ -882,12 +801,12 @@ void write_safetensors(const std::filesystem::path& path, std::span<const Tensor
                        const std::map<std::string, std::string>& metadata) {
   constexpr const char* where = "amc::write_safetensors";
   const Layout layout = plan_layout(tensors, metadata, where);  // throws before any file exists
-  TemporaryFile file(path, where);
+  AtomicFile file(path, where);
   const auto prefix = length_prefix(layout.header.size());
   file.write(std::as_bytes(std::span(prefix)));
   file.write(std::as_bytes(std::span(layout.header)));
   for (const TensorToWrite& tensor : tensors) file.write(tensor.bytes);
-  file.commit(path);
+  file.commit();
 }
 
 }  // namespace amc

@@ -1,6 +1,7 @@
 // Views, the online-softmax state, and every invalid config or view: amc::error naming the field.
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "amc/amc.hpp"
@@ -87,6 +88,36 @@ TEST_CASE("softmax state: empty, add, merge and normalise", "[state]") {
   require_error([] { SoftmaxState(0, 3); }, {"amc::SoftmaxState", "heads", "0"});
   require_error([&] { merged.merge(SoftmaxState(2, 3)); }, {"merge", "shape mismatch"});
   require_error([&] { merged.normalize(0, std::span(a).first(2)); }, {"normalize", "out has 2"});
+}
+
+TEST_CASE("softmax state: blocks of scores folded in, values mixed by the caller", "[state]") {
+  // Two heads, blocks of 2 and 3 positions as a flash-attention prefill sees them: fold_scores
+  // turns the block's scores into weights, the caller adds weights x values to the accumulator.
+  const std::vector<std::vector<float>> scores = {{0.5f, 30.0f, -4.0f, 2.0f, 29.0f},
+                                                  {-1.0f, -2.0f, 60.0f, 3.0f, -70.0f}};
+  const std::vector<std::vector<float>> values = {
+      {1, 0, 0}, {0, 1, 0}, {0, 0, 1}, {1, 1, 1}, {-1, 2, 0}};
+  SoftmaxState folded(2, 3), added(2, 3);
+  for (const auto& [first, count] : {std::pair<std::size_t, std::size_t>{0, 2}, {2, 3}}) {
+    for (std::int64_t h = 0; h < 2; ++h) {
+      const std::vector<float>& row = scores[static_cast<std::size_t>(h)];
+      std::vector<float> block(row.begin() + first, row.begin() + first + count);
+      folded.fold_scores(h, block.data(), static_cast<std::int64_t>(count), kernels::active());
+      float* acc = folded.accumulator_data() + h * 3;
+      for (std::size_t j = 0; j < count; ++j) {
+        for (int i = 0; i < 3; ++i) acc[i] += block[j] * values[first + j][i];
+        added.add(h, row[first + j], values[first + j]);
+      }
+    }
+  }
+  for (std::int64_t h = 0; h < 2; ++h) {
+    std::vector<float> a(3), b(3);
+    folded.normalize(h, a);
+    added.normalize(h, b);
+    for (int i = 0; i < 3; ++i) REQUIRE(a[i] == Approx(b[i]).epsilon(1e-6).margin(1e-7));
+    REQUIRE(folded.max(h) == added.max(h));
+    REQUIRE(folded.lse(h) == Approx(added.lse(h)).epsilon(1e-7));
+  }
 }
 
 TEST_CASE("invalid configs name the field and value", "[errors]") {

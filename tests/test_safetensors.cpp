@@ -1,5 +1,6 @@
 // safetensors reader and writer: round trips, files from an independent writer, and one case
 // per class of malformed file, each checked for the words that say what went wrong and where.
+// Also the atomic file utility the writer (and the tools) write through.
 #include "amc/io/safetensors.hpp"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <random>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "amc/error.hpp"
+#include "amc/io/atomic_file.hpp"
 #include "amc/storage.hpp"
 #include "catch.hpp"
 
@@ -363,6 +366,90 @@ TEST_CASE("writer refuses bad input before writing anything", "[safetensors]") {
         amc::serialize_safetensors(tensors, {{"k", "\xc3"}});
       },
       {"metadata value for key 'k' is not valid UTF-8"});
+}
+
+namespace {
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+TEST_CASE("atomic writes create and replace whole files and leave no temporary", "[atomic_file]") {
+  const TempDir dir;
+  const fs::path path = dir.path() / "table.csv";
+  amc::write_file_atomically(path, "old\n");
+  CHECK(read_text(path) == "old\n");
+  CHECK(entries_in(dir.path()) == 1);
+  amc::write_file_atomically(path, "new, longer\n");
+  CHECK(read_text(path) == "new, longer\n");
+  amc::write_file_atomically(path, "");
+  CHECK(fs::file_size(path) == 0);
+  CHECK(entries_in(dir.path()) == 1);
+
+  SECTION("the target keeps its old content until commit; without commit nothing changes") {
+    {
+      amc::AtomicFile file(path);
+      CHECK(file.target() == path);
+      CHECK(file.temporary().parent_path() == dir.path());  // same file system: rename is atomic
+      file.write("par");
+      file.write(std::as_bytes(std::span("ts\n", 3)));
+      CHECK(fs::exists(file.temporary()));
+      CHECK(fs::file_size(path) == 0);
+      file.commit();
+      CHECK_FALSE(fs::exists(file.temporary()));
+      require_error([&] { file.commit(); }, {"amc::AtomicFile", "committed twice"});
+      require_error([&] { file.write("x"); }, {"amc::AtomicFile", "written after commit"});
+    }
+    CHECK(read_text(path) == "parts\n");
+    {
+      amc::AtomicFile abandoned(path, "amc::test");
+      abandoned.write("never seen");
+    }
+    CHECK(read_text(path) == "parts\n");
+    CHECK(entries_in(dir.path()) == 1);
+  }
+
+  SECTION("a bare file name is written in the current directory") {
+    const fs::path previous = fs::current_path();
+    fs::current_path(dir.path());
+    amc::write_file_atomically("bare.txt", "here");
+    fs::current_path(previous);
+    CHECK(read_text(dir.path() / "bare.txt") == "here");
+    CHECK(entries_in(dir.path()) == 2);
+  }
+
+  SECTION("rename_durably moves a file over another") {
+    const fs::path drawn = dir.path() / "plot.png.tmp";
+    std::ofstream(drawn) << "image";
+    amc::rename_durably(drawn, path);
+    CHECK(read_text(path) == "image");
+    CHECK(entries_in(dir.path()) == 1);
+    require_error([&] { amc::rename_durably(drawn, path); },
+                  {"amc::rename_durably", path.string() + ": cannot rename " + drawn.string() +
+                                              " over it: No such file or directory"});
+  }
+}
+
+TEST_CASE("atomic writes refuse a missing directory and a directory in the way", "[atomic_file]") {
+  const TempDir dir;
+  const fs::path missing = dir.path() / "missing" / "out.txt";
+  require_error(
+      [&] { amc::write_file_atomically(missing, "x"); },
+      {"amc::write_file_atomically: ", missing.string() + ": cannot create temporary file ",
+       ": No such file or directory"});
+  CHECK(entries_in(dir.path()) == 0);
+
+  // The rename fails after the temporary was written: the directory stays, the temporary goes.
+  const fs::path blocked = dir.path() / "blocked";
+  fs::create_directories(blocked / "inside");
+  require_error(
+      [&] { amc::write_file_atomically(blocked, "x", "amc::caller"); },
+      {"amc::caller: ", blocked.string() + ": cannot rename ", " over it: Is a directory"});
+  CHECK(fs::is_directory(blocked / "inside"));
+  CHECK(entries_in(dir.path()) == 1);
 }
 
 TEST_CASE("reads files from an independent writer (Python struct + json)", "[safetensors]") {

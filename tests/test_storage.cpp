@@ -1,7 +1,10 @@
 // Storage conversions checked against independent arithmetic definitions.
 #include <bit>
 #include <cmath>
+#include <concepts>
+#include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "amc/storage.hpp"
 #include "test_helpers.hpp"
@@ -88,4 +91,41 @@ TEST_CASE("bf16 conversions", "[storage]") {
   REQUIRE(to_float(to_bf16(1.0f + std::exp2(-8.0f))) == 1.0f);
   REQUIRE(to_float(to_bf16(1.0f + 3 * std::exp2(-8.0f))) == 1.0f + std::exp2(-6.0f));
   REQUIRE(std::isnan(to_float(to_bf16(std::nanf("")))));
+}
+
+TEST_CASE("visit_storage picks the element type of a run-time StorageType", "[storage]") {
+  constexpr auto name_of = [](auto type) {
+    using T = typename decltype(type)::type;
+    return std::same_as<T, float> ? "float" : std::same_as<T, bf16> ? "bf16" : "f16";
+  };
+  CHECK(std::string_view(visit_storage(StorageType::f32, name_of)) == "float");
+  CHECK(std::string_view(visit_storage(StorageType::bf16, name_of)) == "bf16");
+  CHECK(std::string_view(visit_storage(StorageType::f16, name_of)) == "f16");
+  // Every value in [0, kStorageTypes) is visited, with the type whose storage_type_of it is.
+  for (std::size_t i = 0; i < kStorageTypes; ++i) {
+    const auto type = static_cast<StorageType>(i);
+    CHECK(visit_storage(type, [](auto t) { return storage_type_of<typename decltype(t)::type>; }) ==
+          type);
+    CHECK(parse_storage_type(to_string(type)) == type);
+  }
+  static_assert(storage_size(StorageType::f32) == 4 && storage_size(StorageType::bf16) == 2 &&
+                storage_size(StorageType::f16) == 2);
+  static_assert(parse_storage_type("bf16") == StorageType::bf16);
+
+  // A subset: only those types are instantiated; the others are refused by name.
+  int visited = 0;
+  visit_storage<float, bf16>(StorageType::bf16, [&](auto t) {
+    static_assert(!std::same_as<typename decltype(t)::type, f16>);
+    ++visited;
+  });
+  CHECK(visited == 1);
+  REQUIRE_THROWS_WITH((visit_storage<float, bf16>(StorageType::f16, [](auto) {})),
+                      "amc::visit_storage: storage type f16 is not one of f32, bf16");
+  REQUIRE_THROWS_WITH(visit_storage(static_cast<StorageType>(7), name_of),
+                      "amc::visit_storage: invalid StorageType value 7");
+  REQUIRE_THROWS_WITH(storage_size(static_cast<StorageType>(3)),
+                      "amc::visit_storage: invalid StorageType value 3");
+  REQUIRE_THROWS_WITH(parse_storage_type("fp32"),
+                      "amc::parse_storage_type: unknown storage type 'fp32' (expected f32, bf16 "
+                      "or f16)");
 }

@@ -25,6 +25,7 @@
 
 #include "amc/error.hpp"
 #include "catch.hpp"
+#include "qwen2/synth_tokenizer.hpp"
 #include "qwen2/tokenizer.hpp"
 
 namespace {

@@ -1,21 +1,15 @@
-// Writing outputs so that an interruption never leaves a half-written file: whole files go to a
-// temporary file in the same directory that is then renamed over the target (rename is atomic
-// within a file system), and appended records are flushed to the disk before the call returns.
+// Appended records that are on the disk before the call returns. Whole files are replaced with
+// the library's amc::write_file_atomically and amc::rename_durably (amc/io/atomic_file.hpp),
+// which this header brings in for the harness.
 #pragma once
+
+#include <amc/io/atomic_file.hpp>
 
 #include <filesystem>
 #include <string>
 #include <string_view>
 
 namespace amc::eval {
-
-/// Replaces `path` with `content` atomically: PATH.tmp is written, fsynced and renamed over
-/// PATH, then the directory is fsynced. Throws amc::error naming the file on failure, leaving
-/// PATH as it was and removing PATH.tmp.
-void write_file_atomically(const std::filesystem::path& path, std::string_view content);
-
-/// Renames `from` over `to` and fsyncs the directory of `to`.
-void rename_durably(const std::filesystem::path& from, const std::filesystem::path& to);
 
 /// An append-only file whose every append() is on the disk when it returns (write + fsync).
 class AppendFile {

@@ -1,6 +1,8 @@
 // Checking options, loading the model and documents, planning prefixes.
 #include "eval_setup.hpp"
 
+#include <amc/io/sparse_config_json.hpp>
+
 #include <algorithm>
 #include <set>
 
@@ -42,15 +44,11 @@ Setup prepare(const CommonArguments& a) {
            " (step 0 comes from the dense prefill; sparse attention acts from step 1)");
   }
   Setup s;
-  s.supports = map_supports(a.supports, a.block_size, a.sinks, a.window);
+  s.sparse = a.sparse;
+  s.sparse.validate();
+  s.supports = map_supports(a.supports, s.sparse.block_size, s.sparse.sinks, s.sparse.window);
   std::sort(s.supports.begin(), s.supports.end(),
             [](const SupportSize& x, const SupportSize& y) { return x.support < y.support; });
-  s.sparse.block_size = a.block_size;
-  s.sparse.sinks = a.sinks;
-  s.sparse.window = a.window;
-  s.sparse.scope = parse_scope(a.scope);
-  s.sparse.score = parse_score_rule(a.score);
-  s.sparse.validate();
 
   const std::filesystem::path dir(a.model);
   if (!std::filesystem::is_directory(dir)) {
@@ -60,9 +58,8 @@ Setup prepare(const CommonArguments& a) {
   }
   s.checkpoint = std::make_unique<qwen2::Checkpoint>(qwen2::Checkpoint::load(dir));
   const qwen2::Config& c = s.checkpoint->config();
-  s.kv_dtype = a.kv_dtype == "auto"  ? qwen2::auto_kv_dtype(*s.checkpoint)
-               : a.kv_dtype == "f32" ? StorageType::f32
-                                     : StorageType::bf16;
+  s.kv_dtype =
+      a.kv_dtype == "auto" ? qwen2::auto_kv_dtype(*s.checkpoint) : parse_storage_type(a.kv_dtype);
   s.rope_angles = a.rope_angles == "auto"
                       ? qwen2::auto_rope_angles(c)
                       : qwen2::parse_rope_angles(a.rope_angles, "--rope-angles");
@@ -115,12 +112,10 @@ Json settings_json(const CommonArguments& a, const Setup& setup) {
   s["input"] = a.text_files.empty() ? "ids" : "text";
   s["documents"] = documents;
   s["tokens"] = a.tokens;
-  s["block_size"] = a.block_size;
-  s["sinks"] = a.sinks;
-  s["window"] = a.window;
-  s["scope"] = a.scope;
-  s["score"] = a.score;
-  s["combine"] = std::string(to_string(setup.sparse.combine));
+  // The selection settings as the library writes them (top_k varies by support).
+  const Json selection =
+      to_json<Json>(setup.sparse, {"block_size", "sinks", "window", "scope", "score", "combine"});
+  for (const auto& [key, value] : selection.items()) s[key] = value;
   // The resolved values, and what was asked for ("auto" or the explicit choice).
   s["kv_dtype"] = std::string(to_string(setup.kv_dtype));
   s["kv_dtype_requested"] = a.kv_dtype;

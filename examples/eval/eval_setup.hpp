@@ -27,11 +27,9 @@ struct CommonArguments {
   std::vector<std::int64_t> supports;
   std::int64_t prefixes = 5;
   std::int64_t tokens = 128;
-  std::int64_t block_size = 16;
-  std::int64_t sinks = 1;
-  std::int64_t window = 64;
-  std::string scope = "head";
-  std::string score = "mean";
+  /// Block size, sinks, window, scope, score and combine (top_k is set per support size):
+  /// the library's selection options (amc::cli::SparseOptions), applied after parsing.
+  SparseConfig sparse;
   std::string kv_dtype = "auto";     ///< auto, bf16 or f32
   std::string rope_angles = "auto";  ///< auto, transformers or exact
   int threads = 1;
@@ -43,7 +41,7 @@ struct Setup {
   std::vector<Document> documents;
   std::vector<ContextPlan> plans;
   std::vector<SupportSize> supports;
-  SparseConfig sparse;  ///< block size, sinks, window, scope, score (top_k set per support)
+  SparseConfig sparse;  ///< CommonArguments::sparse, validated (top_k set per support)
   /// The KV cache dtype and RoPE angles the model runs with, "auto" resolved for the
   /// checkpoint (qwen2::auto_kv_dtype, qwen2::auto_rope_angles).
   StorageType kv_dtype = StorageType::bf16;

@@ -69,10 +69,10 @@ void LayerProbe::observe(const qwen2::LayerAttention& a, const qwen2::KvCache& c
   if (a.layer == 0) ++stats_.steps;
   if (oracle_is_selector_) {
     std::fill(recall_.begin(), recall_.end(), 1.0);
-  } else if (cache.options().dtype == StorageType::bf16) {
-    oracle_recall<bf16>(a, cache);
   } else {
-    oracle_recall<float>(a, cache);
+    visit_storage<float, bf16>(cache.options().dtype, [&](auto type) {
+      oracle_recall<typename decltype(type)::type>(a, cache);
+    });
   }
   for (std::int64_t h = 0; h < heads_; ++h) {
     const auto hi = static_cast<std::size_t>(h);

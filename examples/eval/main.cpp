@@ -3,7 +3,8 @@
 //
 //   amc-eval sweep --model DIR (--text FILE... | --ids FILE...) --contexts 2048,8192,16384
 //            --supports 97,193,385,769 [--prefixes 5] [--tokens 128]
-//            [--block-size 16 --sinks 1 --window 64 --scope head|group --score mean|bound|oracle]
+//            [--block-size 16 --sinks 1 --window 64 --scope head|group --score RULE --combine
+//            sum|max]
 //            [--threads N] [--kv-dtype auto|bf16|f32] [--rope-angles auto|transformers|exact]
 //            --out DIR [--resume] [--dense-control]
 //   amc-eval mass  --model DIR (--text ... | --ids ...) --contexts ... --supports ...
@@ -15,6 +16,7 @@
 // Results go to files in --out (see docs/reproduce.md), progress to stderr. Bad input: one line
 // on stderr, exit status 2.
 #include <CLI/CLI.hpp>
+#include <amc/cli/sparse_options.hpp>
 #include <amc/error.hpp>
 
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include <exception>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "mass_probe.hpp"
@@ -32,8 +35,11 @@ namespace {
 
 using amc::eval::CommonArguments;
 
-/// The options every command takes.
-void add_common_options(CLI::App& command, CommonArguments& a, std::int64_t default_tokens) {
+/// The options every command takes. The selection options (--block-size, --sinks, --window,
+/// --scope, --score, --combine) are the library's; the returned object turns them into
+/// a.sparse after parsing (its config()). top_k comes from --supports.
+std::unique_ptr<amc::cli::SparseOptions> add_common_options(CLI::App& command, CommonArguments& a,
+                                                            std::int64_t default_tokens) {
   a.tokens = default_tokens;
   a.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   command
@@ -61,15 +67,6 @@ void add_common_options(CLI::App& command, CommonArguments& a, std::int64_t defa
   command.add_option("--prefixes", a.prefixes, "prefixes (documents) per context")
       ->capture_default_str();
   command.add_option("--tokens", a.tokens, "tokens per continuation (T)")->capture_default_str();
-  command.add_option("--block-size", a.block_size, "positions per block")->capture_default_str();
-  command.add_option("--sinks", a.sinks, "first positions always kept")->capture_default_str();
-  command.add_option("--window", a.window, "last positions always kept")->capture_default_str();
-  command.add_option("--scope", a.scope, "selection per query head or per GQA group")
-      ->check(CLI::IsMember({"head", "group"}))
-      ->capture_default_str();
-  command.add_option("--score", a.score, "block scoring rule")
-      ->check(CLI::IsMember({"mean", "bound", "oracle"}))
-      ->capture_default_str();
   command.add_option("--threads", a.threads, "threads (results do not depend on it)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
@@ -85,6 +82,9 @@ void add_common_options(CLI::App& command, CommonArguments& a, std::int64_t defa
       ->check(CLI::IsMember({"auto", "transformers", "exact"}))
       ->capture_default_str();
   command.add_option("--out", a.out, "output directory (created if missing)")->required();
+  return std::make_unique<amc::cli::SparseOptions>(
+      command, amc::SparseConfig{},
+      std::initializer_list<std::string_view>{"top_k", "scale", "target_eps", "max_k"});
 }
 
 }  // namespace
@@ -102,21 +102,31 @@ int main(int argc, char** argv) {
       "sweep",
       "the study protocol: dense reference, sparse greedy and teacher-forced runs per "
       "context, prefix and support; runs.jsonl, summary.csv, summary.md, plots");
-  add_common_options(*sweep_command, sweep.common, 128);
+  const auto sweep_sparse = add_common_options(*sweep_command, sweep.common, 128);
   sweep_command->add_flag("--resume", sweep.resume,
                           "continue the runs recorded in OUT/runs.jsonl (same settings)");
   sweep_command->add_flag("--dense-control", sweep.dense_control,
                           "decode every support with dense attention: a control in which every "
                           "run must match the reference exactly");
-  sweep_command->callback([&] { run = [&] { return amc::eval::run_sweep(sweep); }; });
+  sweep_command->callback([&] {
+    run = [&] {
+      sweep.common.sparse = sweep_sparse->config();
+      return amc::eval::run_sweep(sweep);
+    };
+  });
 
   amc::eval::MassArguments mass;
   CLI::App* mass_command = app.add_subcommand(
       "mass",
       "retained mass vs support size per layer and head, on the dense model's decode "
       "steps; mass.csv and plots");
-  add_common_options(*mass_command, mass.common, 16);
-  mass_command->callback([&] { run = [&] { return amc::eval::run_mass(mass); }; });
+  const auto mass_sparse = add_common_options(*mass_command, mass.common, 16);
+  mass_command->callback([&] {
+    run = [&] {
+      mass.common.sparse = mass_sparse->config();
+      return amc::eval::run_mass(mass);
+    };
+  });
 
   amc::eval::add_retrieval_command(app, run);
 

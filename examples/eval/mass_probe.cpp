@@ -58,11 +58,9 @@ class MassProbe {
   const std::vector<MassTable>& tables() const { return tables_; }
 
   void observe(const qwen2::LayerAttention& a, const qwen2::KvCache& cache) {
-    if (cache.options().dtype == StorageType::bf16) {
-      observe_as<bf16>(a, cache);
-    } else {
-      observe_as<float>(a, cache);
-    }
+    visit_storage<float, bf16>(cache.options().dtype, [&](auto type) {
+      observe_as<typename decltype(type)::type>(a, cache);
+    });
   }
 
  private:

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "amc/attention/sparse_config.hpp"
+#include "amc/cli/sparse_options.hpp"
 #include "amc/error.hpp"
 #include "retrieval_report.hpp"
 
@@ -58,11 +59,11 @@ auto parse_list(const std::string& text, Parse parse) {
 
 ScoreRule parse_selector(std::string_view text) {
   const std::string_view name = trim(text);
-  if (name == "mean") return ScoreRule::mean_pooled;
-  if (name == "bound") return ScoreRule::channel_bound;
-  if (name == "oracle") return ScoreRule::oracle;
-  detail::throw_error(kWhere, "--selectors: expected mean, bound or oracle, got '",
-                      std::string(text), "'");
+  if (find_rule_or_null(name) == nullptr) {
+    detail::throw_error(kWhere, "--selectors: expected any of ", detail::rule_choices(),
+                        " (comma-separated), got '", std::string(text), "'");
+  }
+  return ScoreRule::named(name);
 }
 
 }  // namespace
@@ -82,8 +83,8 @@ RetrievalProbeOptions retrieval_options_from_flags(const RetrievalFlags& flags) 
   options.strength = parse_number<double>(flags.strength, "--strength");
   options.seed = parse_number<std::uint64_t>(flags.seed, "--seed");
   options.head_dim = parse_number<std::int64_t>(flags.head_dim, "--head-dim");
-  options.sinks = parse_number<std::int64_t>(flags.sinks, "--sinks");
-  options.window = parse_number<std::int64_t>(flags.window, "--window");
+  options.sinks = flags.sparse.sinks;
+  options.window = flags.sparse.window;
   options.validate();
   AMC_CHECK(!flags.out.empty(), kWhere, "--out: the output directory must not be empty");
   return options;
@@ -106,19 +107,20 @@ void add_retrieval_command(CLI::App& app, std::function<int()>& run) {
   option("--depths", flags->depths, "NUM,...",
          "needle depths in [0, 1): position floor(depth * context), comma-separated");
   option("--selectors", flags->selectors, "NAME,...",
-         "any of mean, bound, oracle, comma-separated");
+         ("any of " + detail::rule_choices() + ", comma-separated").c_str());
   option("--trials", flags->trials, "INT", "needles per cell");
   option("--strength", flags->strength, "NUM",
          "needle score minus the largest distractor score (scores q.k/sqrt(d))");
   option("--seed", flags->seed, "UINT", "random seed");
   option("--head-dim", flags->head_dim, "INT", "channels per key");
-  option("--sinks", flags->sinks, "INT", "first positions always kept");
-  option("--window", flags->window, "INT", "last positions always kept");
+  auto sparse = std::make_shared<cli::SparseOptions>(*command, SparseConfig{},
+                                                     cli::SparseOptions::Only{{"sinks", "window"}});
   command->add_option("--out", flags->out, "output directory (created if missing)")
       ->type_name("DIR")
       ->required();
-  command->callback([flags, &run] {
-    run = [flags] {
+  command->callback([flags, sparse, &run] {
+    run = [flags, sparse] {
+      flags->sparse = sparse->config();
       const RetrievalProbeOptions options = retrieval_options_from_flags(*flags);
       const auto start = std::chrono::steady_clock::now();
       const std::vector<RetrievalProbeResult> rows = run_retrieval_probe(options);

@@ -4,6 +4,8 @@
 #include <functional>
 #include <string>
 
+#include "amc/attention/sparse_config.hpp"
+
 #include "retrieval_probe.hpp"
 
 namespace CLI {
@@ -24,8 +26,9 @@ struct RetrievalFlags {
   std::string strength = "6";
   std::string seed = "1";
   std::string head_dim = "64";
-  std::string sinks = "1";
-  std::string window = "64";
+  /// Sinks and window: the library's selection options (amc::cli::SparseOptions), applied
+  /// after parsing; the block sizes, ks and rules are lists of this command's own.
+  SparseConfig sparse;
   std::string out;
 };
 

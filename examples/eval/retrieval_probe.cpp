@@ -207,11 +207,6 @@ void RetrievalProbeOptions::validate() const {
 
   require_nonempty(selectors, "--selectors");
   require_distinct(selectors, "--selectors");
-  for (const ScoreRule s : selectors) {
-    AMC_CHECK(
-        s == ScoreRule::mean_pooled || s == ScoreRule::channel_bound || s == ScoreRule::oracle,
-        kWhere, "--selectors: invalid selector value ", static_cast<int>(s));
-  }
 }
 
 // --- synthetic keys ---------------------------------------------------------------------------
@@ -301,8 +296,13 @@ std::vector<RetrievalProbeResult> run_retrieval_probe(const RetrievalProbeOption
       }
     }
   }
-  const bool needs_bounds =
-      std::find(selectors.begin(), selectors.end(), ScoreRule::channel_bound) != selectors.end();
+  // The summaries every selector of the probe needs (a rule's own requirements).
+  SummaryOptions summary_options;
+  for (const auto& op : operators) {
+    const SummaryOptions need = required_summaries(op.config());
+    summary_options.channel_bounds = summary_options.channel_bounds || need.channel_bounds;
+    summary_options.value_norms = summary_options.value_norms || need.value_norms;
+  }
   DenseDecode dense;
   const std::int64_t d = options.head_dim;
   RowMatrix query(1, d), out(1, d);
@@ -329,8 +329,7 @@ std::vector<RetrievalProbeResult> run_retrieval_probe(const RetrievalProbeOption
 
         for (std::size_t bi = 0; bi < n_b; ++bi) {
           const std::int64_t b = block_sizes[bi];
-          const BlockSummaries summaries =
-              BlockSummaries::build(kv, b, SummaryOptions{.channel_bounds = needs_bounds});
+          const BlockSummaries summaries = BlockSummaries::build(kv, b, summary_options);
           const std::int64_t block = position / b;
           const std::int64_t begin = block * b, end = std::min(begin + b, context);
           double rest = 0.0;

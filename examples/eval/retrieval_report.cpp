@@ -73,18 +73,9 @@ double average(const std::vector<RetrievalProbeResult>& rows, ScoreRule selector
   return count > 0 ? sum / static_cast<double>(count) : std::nan("");
 }
 
-const char* selector_description(ScoreRule rule) {
-  switch (rule) {
-    case ScoreRule::mean_pooled:
-      return "`mean`: c <q, mean key of the block> (the method under study)";
-    case ScoreRule::channel_bound:
-      return "`bound`: the channel bound c sum_i max(q_i kmin_i, q_i kmax_i) >= the block's "
-             "largest score (Quest-style comparison)";
-    case ScoreRule::oracle:
-      return "`oracle`: the log of the block's true softmax mass (reads every key; the best "
-             "any rule can do for retained mass)";
-  }
-  return "?";
+/// "`mean`: c <q, mean key of the block> ...": the rule's name and its registered description.
+std::string selector_description(ScoreRule rule) {
+  return "`" + std::string(rule.name()) + "`: " + std::string(rule.info().description);
 }
 
 std::string csv_text(const std::vector<RetrievalProbeResult>& rows) {
@@ -132,7 +123,7 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
       static_cast<unsigned long long>(first.seed), round_trip(first.strength).c_str(),
       static_cast<long long>(first.sinks), static_cast<long long>(first.window));
   md += "Selectors:\n\n";
-  for (const ScoreRule s : grid.selectors) md += std::string("- ") + selector_description(s) + "\n";
+  for (const ScoreRule s : grid.selectors) md += "- " + selector_description(s) + "\n";
   md +=
       "\n`chance` is k / candidate blocks, the hit rate of k blocks picked at random; "
       "`lift` is (s_needle - s_rest) / B, what the needle adds to its block's mean score "

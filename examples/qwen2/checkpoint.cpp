@@ -140,11 +140,11 @@ class CheckpointLoader {
     const std::span<const std::byte> bytes = file->bytes(*info);
     stored_f32_ = stored_f32_ || info->dtype == Dtype::F32;
     stored_f16_ = stored_f16_ || info->dtype == Dtype::F16;
-    const std::size_t alignment = info->dtype == Dtype::F32 ? 4 : 2;
-    if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignment == 0) {
-      m.dtype = info->dtype == Dtype::F32    ? StorageType::f32
-                : info->dtype == Dtype::BF16 ? StorageType::bf16
-                                             : StorageType::f16;
+    const StorageType stored = info->dtype == Dtype::F32    ? StorageType::f32
+                               : info->dtype == Dtype::BF16 ? StorageType::bf16
+                                                            : StorageType::f16;
+    if (reinterpret_cast<std::uintptr_t>(bytes.data()) % storage_size(stored) == 0) {
+      m.dtype = stored;
       m.data = bytes.data();
     } else {
       // A file whose tensors are not aligned for their type (legal, but no writer we know of

@@ -25,6 +25,8 @@ struct Matrix {
   std::int64_t rows = 0;
   std::int64_t cols = 0;
 
+  // Not amc::storage_size: this runs twice per row in the decode loop (matvec), where its
+  // check for an invalid type would cost a compare and branch per row.
   std::size_t element_bytes() const { return dtype == StorageType::f32 ? 4 : 2; }
   std::size_t bytes() const { return static_cast<std::size_t>(rows * cols) * element_bytes(); }
   /// First element of row r (of `dtype`).

@@ -20,31 +20,29 @@ KvCache::KvCache(std::int64_t layers, std::int64_t kv_heads, std::int64_t head_d
             "dtype must be bf16 or f32, got ", to_string(options.dtype));
   AMC_CHECK(options.block_size >= 0, where, "block_size must be >= 0, got ", options.block_size);
   const auto heads = static_cast<std::size_t>(layers * kv_heads);
-  if (options.dtype == StorageType::bf16) {
-    keys_bf16_.resize(heads);
-    values_bf16_.resize(heads);
-  } else {
-    keys_f32_.resize(heads);
-    values_f32_.resize(heads);
-  }
+  visit_storage<float, bf16>(options.dtype, [&](auto type) {
+    auto& b = buffers<typename decltype(type)::type>();
+    b.keys.resize(heads);
+    b.values.resize(heads);
+  });
   if (options.block_size > 0) {
     summaries_.assign(heads, BlockSummaries(options.block_size, head_dim, options.summaries));
   }
 }
 
 std::size_t KvCache::bytes_per_position() const {
-  const std::size_t element = options_.dtype == StorageType::bf16 ? 2 : 4;
-  return static_cast<std::size_t>(2 * layers_ * kv_heads_ * head_dim_) * element;
+  return static_cast<std::size_t>(2 * layers_ * kv_heads_ * head_dim_) *
+         storage_size(options_.dtype);
 }
 
 void KvCache::grow(std::int64_t rows) {
   if (rows <= capacity_) return;
   const auto elements = static_cast<std::size_t>(rows * head_dim_);
-  for (auto* buffers : {&keys_bf16_, &values_bf16_}) {
-    for (auto& b : *buffers) b.resize(elements);
+  for (auto* side : {&bf16_.keys, &bf16_.values}) {
+    for (auto& b : *side) b.resize(elements);
   }
-  for (auto* buffers : {&keys_f32_, &values_f32_}) {
-    for (auto& b : *buffers) b.resize(elements);
+  for (auto* side : {&f32_.keys, &f32_.values}) {
+    for (auto& b : *side) b.resize(elements);
   }
   for (BlockSummaries& s : summaries_) s.reserve(rows);
   capacity_ = rows;
@@ -60,10 +58,10 @@ void KvCache::write(std::int64_t layer, const float* keys, const float* values, 
   const auto d = static_cast<std::size_t>(head_dim_);
   for (std::int64_t h = 0; h < kv_heads_; ++h) {
     const std::size_t i = index(layer, h);
-    auto store = [&](auto& key_buffers, auto& value_buffers) {
-      auto* k = key_buffers[i].data() + static_cast<std::size_t>(positions_) * d;
-      auto* v = value_buffers[i].data() + static_cast<std::size_t>(positions_) * d;
-      using T = std::remove_reference_t<decltype(*k)>;
+    visit_storage<float, bf16>(options_.dtype, [&](auto type) {
+      using T = typename decltype(type)::type;
+      T* k = buffers<T>().keys[i].data() + static_cast<std::size_t>(positions_) * d;
+      T* v = buffers<T>().values[i].data() + static_cast<std::size_t>(positions_) * d;
       for (std::int64_t t = 0; t < n; ++t) {
         const float* key_row = keys + t * row_stride + h * head_dim_;
         const float* value_row = values + t * row_stride + h * head_dim_;
@@ -78,12 +76,7 @@ void KvCache::write(std::int64_t layer, const float* keys, const float* values, 
           summaries_[i].append(std::span<const T>(k_out, d), std::span<const T>(v_out, d));
         }
       }
-    };
-    if (options_.dtype == StorageType::bf16) {
-      store(keys_bf16_, values_bf16_);
-    } else {
-      store(keys_f32_, values_f32_);
-    }
+    });
   }
 }
 
@@ -93,17 +86,10 @@ template <KvStorage T>
 KvView<T> KvCache::view(std::int64_t layer, std::int64_t head, std::int64_t positions) const {
   AMC_DASSERT(positions <= capacity_);
   const std::size_t i = index(layer, head);
-  if constexpr (std::same_as<T, bf16>) {
-    AMC_CHECK(options_.dtype == StorageType::bf16, "amc::qwen2::KvCache::view", "the cache stores ",
-              to_string(options_.dtype), ", not bf16");
-    return KvView<bf16>(keys_bf16_[i].data(), values_bf16_[i].data(), positions, head_dim_);
-  } else if constexpr (std::same_as<T, float>) {
-    AMC_CHECK(options_.dtype == StorageType::f32, "amc::qwen2::KvCache::view", "the cache stores ",
-              to_string(options_.dtype), ", not f32");
-    return KvView<float>(keys_f32_[i].data(), values_f32_[i].data(), positions, head_dim_);
-  } else {
-    static_assert(std::same_as<T, bf16> || std::same_as<T, float>, "bf16 or f32 caches only");
-  }
+  AMC_CHECK(options_.dtype == storage_type_of<T>, "amc::qwen2::KvCache::view", "the cache stores ",
+            to_string(options_.dtype), ", not ", to_string(storage_type_of<T>));
+  const Buffers<T>& b = buffers<T>();
+  return KvView<T>(b.keys[i].data(), b.values[i].data(), positions, head_dim_);
 }
 
 template KvView<bf16> KvCache::view<bf16>(std::int64_t, std::int64_t, std::int64_t) const;
@@ -140,12 +126,9 @@ void KvCache::set_summaries(std::int64_t block_size, SummaryOptions summaries) {
 void KvCache::rebuild_summaries() {
   for (std::int64_t l = 0; l < layers_; ++l) {
     for (std::int64_t h = 0; h < kv_heads_; ++h) {
-      BlockSummaries& s = summaries_[index(l, h)];
-      if (options_.dtype == StorageType::bf16) {
-        s.rebuild(view<bf16>(l, h, positions_));
-      } else {
-        s.rebuild(view<float>(l, h, positions_));
-      }
+      visit_storage<float, bf16>(options_.dtype, [&](auto type) {
+        summaries_[index(l, h)].rebuild(view<typename decltype(type)::type>(l, h, positions_));
+      });
     }
   }
 }
@@ -174,10 +157,10 @@ void KvCache::fill_random(std::int64_t positions, std::uint64_t seed) {
       for (std::size_t j = 0; j < count; ++j) b[j] = from_float<T>(sample());
     }
   };
-  fill(keys_bf16_);
-  fill(values_bf16_);
-  fill(keys_f32_);
-  fill(values_f32_);
+  fill(bf16_.keys);
+  fill(bf16_.values);
+  fill(f32_.keys);
+  fill(f32_.values);
   positions_ = positions;
   if (!summaries_.empty()) rebuild_summaries();
 }

@@ -8,7 +8,9 @@
 #include <amc/kv_view.hpp>
 #include <amc/storage.hpp>
 
+#include <concepts>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace amc::qwen2 {
@@ -17,7 +19,7 @@ struct KvCacheOptions {
   StorageType dtype = StorageType::bf16;  ///< bf16 or f32
   /// Block size of the summaries; 0 keeps none (dense decoding needs none).
   std::int64_t block_size = 0;
-  SummaryOptions summaries;  ///< channel bounds for the channel-bound selector
+  SummaryOptions summaries;  ///< what the configured rule needs (required_summaries)
 };
 
 class KvCache {
@@ -80,16 +82,35 @@ class KvCache {
   void grow(std::int64_t rows);
   void rebuild_summaries();
 
+  /// Per KV head [capacity, head_dim] keys and values of one storage type. Cache-line aligned,
+  /// so the attention kernel's row loads never straddle two lines.
+  template <class T>
+  struct Buffers {
+    std::vector<AlignedVector<T>> keys, values;  // [layers * kv_heads]
+  };
+  /// The buffers of storage type T (bf16 or float).
+  template <class T>
+  const Buffers<T>& buffers() const {
+    static_assert(std::same_as<T, bf16> || std::same_as<T, float>, "bf16 or f32 caches only");
+    if constexpr (std::same_as<T, bf16>) {
+      return bf16_;
+    } else {
+      return f32_;
+    }
+  }
+  template <class T>
+  Buffers<T>& buffers() {
+    return const_cast<Buffers<T>&>(std::as_const(*this).buffers<T>());
+  }
+
   std::int64_t layers_ = 0;
   std::int64_t kv_heads_ = 0;
   std::int64_t head_dim_ = 0;
   KvCacheOptions options_;
   std::int64_t positions_ = 0;
   std::int64_t capacity_ = 0;
-  // [layers * kv_heads] buffers of [capacity, head_dim]; only the dtype's pair is used.
-  // Cache-line aligned, so the attention kernel's row loads never straddle two lines.
-  std::vector<AlignedVector<bf16>> keys_bf16_, values_bf16_;
-  std::vector<AlignedVector<float>> keys_f32_, values_f32_;
+  Buffers<bf16> bf16_;  // only the dtype's buffers are used
+  Buffers<float> f32_;
   std::vector<BlockSummaries> summaries_;  // [layers * kv_heads] or empty
 };
 

@@ -3,7 +3,8 @@
 //
 //   amc-qwen2 --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [-n 128]
 //             [--attention dense|sparse] [--block-size B --top-k K --sinks S --window W
-//             --scope head|group --score mean|bound|oracle] [--threads N]
+//             --scope head|group --score RULE --combine sum|max
+//             --target-eps E --max-k K] [--threads N]
 //             [--kv-dtype auto|bf16|f32] [--rope-angles auto|transformers|exact]
 //             [--json] [--retained-mass] [--logits-out FILE.safetensors] [--ignore-eos]
 //   amc-qwen2 --model DIR --demo [--prompt TEXT] [sparse flags]
@@ -16,6 +17,7 @@
 // model files, bad flags, ids outside the vocabulary): one line on stderr, exit status 2.
 #include <CLI/CLI.hpp>
 #include <amc/amc.hpp>
+#include <amc/cli/sparse_options.hpp>
 #include <amc/io/safetensors.hpp>
 
 #include <algorithm>
@@ -98,8 +100,8 @@ struct Arguments {
   std::optional<std::string> prompt_ids;
   std::int64_t tokens = 128;
   std::string attention = "dense";
-  amc::SparseConfig sparse;
-  std::string scope = "head", score = "mean", kv_dtype = "auto", rope_angles = "auto";
+  amc::SparseConfig sparse;  ///< from the selection options (amc::cli::SparseOptions)
+  std::string kv_dtype = "auto", rope_angles = "auto";
   int threads = 0;
   bool json = false, retained_mass = false, demo = false, ignore_eos = false;
   std::string logits_out;
@@ -194,13 +196,9 @@ amc::qwen2::SessionOptions session_options(const Arguments& a, bool sparse) {
   amc::qwen2::SessionOptions o;
   o.attention = sparse ? amc::qwen2::AttentionMode::sparse : amc::qwen2::AttentionMode::dense;
   o.sparse = a.sparse;
-  o.sparse.scope = amc::parse_scope(a.scope);
-  o.sparse.score = amc::parse_score_rule(a.score);
   o.threads = a.threads;
   o.retained_mass = a.retained_mass;
-  if (a.kv_dtype != "auto") {
-    o.kv_dtype = a.kv_dtype == "f32" ? amc::StorageType::f32 : amc::StorageType::bf16;
-  }
+  if (a.kv_dtype != "auto") o.kv_dtype = amc::parse_storage_type(a.kv_dtype);
   if (a.rope_angles != "auto") o.rope_angles = amc::qwen2::parse_rope_angles(a.rope_angles);
   return o;
 }
@@ -470,19 +468,9 @@ int main(int argc, char** argv) {
   app.add_option("--attention", a.attention, "decode attention")
       ->check(CLI::IsMember({"dense", "sparse"}))
       ->capture_default_str();
-  app.add_option("--block-size", a.sparse.block_size, "sparse: positions per block")
-      ->capture_default_str();
-  app.add_option("--top-k", a.sparse.top_k, "sparse: selected blocks")->capture_default_str();
-  app.add_option("--sinks", a.sparse.sinks, "sparse: first positions always kept")
-      ->capture_default_str();
-  app.add_option("--window", a.sparse.window, "sparse: last positions always kept")
-      ->capture_default_str();
-  app.add_option("--scope", a.scope, "sparse: selection per query head or per GQA group")
-      ->check(CLI::IsMember({"head", "group"}))
-      ->capture_default_str();
-  app.add_option("--score", a.score, "sparse: block scoring rule")
-      ->check(CLI::IsMember({"mean", "bound", "oracle"}))
-      ->capture_default_str();
+  // --block-size, --top-k, --sinks, --window, --scope, --score, --combine, --target-eps,
+  // --max-k: the library's selection options (the scale is the model's).
+  amc::cli::SparseOptions sparse_options(app, amc::SparseConfig{}, {"scale"});
   app.add_option("--threads", a.threads, "threads (results do not depend on it)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
@@ -511,6 +499,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    a.sparse = sparse_options.config();
     return run(a);
   } catch (const std::exception& e) {
     std::cout << std::flush;

@@ -189,7 +189,7 @@ struct Session::Impl {
     if (o.attention == AttentionMode::sparse) {
       o.sparse.validate();
       c.block_size = o.sparse.block_size;
-      c.summaries.channel_bounds = o.sparse.score == ScoreRule::channel_bound;
+      c.summaries = required_summaries(o.sparse);  // what the configured rule reads
     }
     return c;
   }
@@ -257,11 +257,9 @@ struct Session::Impl {
       for (std::int64_t hd = 0; hd < kv_heads; ++hd)
         apply_rope(k.data() + hd * head_dim, half, cos.data(), sin.data());
       cache.write(layer, k.data(), v.data(), 1, kv_dim);
-      if (options.kv_dtype == StorageType::bf16) {
-        attend_decode<bf16>(layer, position + 1);
-      } else {
-        attend_decode<float>(layer, position + 1);
-      }
+      visit_storage<float, bf16>(cache.options().dtype, [&](auto type) {
+        attend_decode<typename decltype(type)::type>(layer, position + 1);
+      });
       for_rows(hidden, row_chunk(hidden), [&](std::int64_t b, std::int64_t e) {
         matvec(l.o, attn.data(), nullptr, b, e, tmp.data());
         for (std::int64_t r = b; r < e; ++r) x[r] += tmp[r];
@@ -427,11 +425,9 @@ struct Session::Impl {
         }
       });
       cache.write(layer, QKV.data() + q_dim, QKV.data() + q_dim + kv_dim, n, qkv_dim);
-      if (options.kv_dtype == StorageType::bf16) {
-        attend_prefill<bf16>(layer, p0, n);
-      } else {
-        attend_prefill<float>(layer, p0, n);
-      }
+      visit_storage<float, bf16>(cache.options().dtype, [&](auto type) {
+        attend_prefill<typename decltype(type)::type>(layer, p0, n);
+      });
       product(st.o, 8, A.data(), n, q_dim, nullptr, T.data(), hidden, residual);
       norm_rows(n, l.post_norm.data());
       product(st.gate_up, 16, XN.data(), n, hidden, nullptr, GU.data(), 2 * inter, no_epilogue);

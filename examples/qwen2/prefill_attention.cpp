@@ -1,12 +1,12 @@
 // Flash-style causal attention for prefill: S = Q K^T and O += P V per block of keys (GEMMs),
-// online softmax per query row in between (amc's max and exp-sum kernels).
+// online softmax per query row in between (amc::SoftmaxState on amc's max and exp-sum kernels).
 #include "prefill_attention.hpp"
 
+#include <amc/attention/softmax_state.hpp>
 #include <amc/kernels/kernel_table.hpp>
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
+#include <span>
 #include <vector>
 
 #include "linear.hpp"
@@ -38,14 +38,14 @@ void prefill_attention(const KvView<T>& kv, const QueryBlock& block, float scale
   const std::int64_t d = kv.head_dim();
   const std::int64_t rows = block.positions * block.group;  // query rows: (position, head)
   const std::int64_t limit = block.first_position + block.positions;  // keys needed
-  thread_local std::vector<float> queries, scores, keys, values, output, row_max, row_sum;
+  thread_local std::vector<float> queries, scores, keys, values;
+  thread_local SoftmaxState state;  // one head per query row; its accumulator is O
   queries.resize(static_cast<std::size_t>(rows * d));
   scores.resize(static_cast<std::size_t>(rows * kKeyBlock));
   keys.resize(static_cast<std::size_t>(kKeyBlock * d));
   values.resize(static_cast<std::size_t>(kKeyBlock * d));
-  output.assign(static_cast<std::size_t>(rows * d), 0.0f);
-  row_max.assign(static_cast<std::size_t>(rows), -std::numeric_limits<float>::infinity());
-  row_sum.assign(static_cast<std::size_t>(rows), 0.0f);
+  state.resize(rows, d);
+  float* const output = state.accumulator_data();
 
   // Scaled queries, [rows, d] with row (t, h) = t * group + h.
   for (std::int64_t t = 0; t < block.positions; ++t) {
@@ -71,30 +71,18 @@ void prefill_attention(const KvView<T>& kv, const QueryBlock& block, float scale
       const std::int64_t visible =
           std::clamp<std::int64_t>(block.first_position + t + 1 - j0, 0, count);
       std::fill(s + visible, s + count, 0.0f);  // masked: weight 0 in the P V product
-      if (visible == 0) continue;
-      const auto i = static_cast<std::size_t>(r);
-      const float new_max = std::max(row_max[i], k.max(s, visible));
-      const float sum = k.exp_sum(s, visible, new_max);  // s := exp(s - new_max)
-      if (row_sum[i] > 0.0f) {
-        const float rescale = std::exp(row_max[i] - new_max);
-        row_sum[i] *= rescale;
-        k.scale(output.data() + r * d, rescale, d);
-      }
-      row_sum[i] += sum;
-      row_max[i] = new_max;
+      // s := exp(s - running max), the row's max, sum and accumulator brought up to date.
+      if (visible > 0) state.fold_scores(r, s, visible, k);
     }
     // O [rows, d] += P [rows, count] V [count, d].
-    gemm_f32(scores.data(), count, values.data(), d, output.data(), d, rows, d, count,
+    gemm_f32(scores.data(), count, values.data(), d, output, d, rows, d, count,
              /*transposed=*/false, /*accumulate=*/true);
   }
 
   for (std::int64_t t = 0; t < block.positions; ++t) {
     for (std::int64_t h = 0; h < block.group; ++h) {
-      const std::int64_t r = t * block.group + h;
-      const float inverse = 1.0f / row_sum[static_cast<std::size_t>(r)];
-      const float* o = output.data() + r * d;
-      float* out = block.out + t * block.out_stride + h * d;
-      for (std::int64_t i = 0; i < d; ++i) out[i] = o[i] * inverse;
+      state.normalize(t * block.group + h, std::span(block.out + t * block.out_stride + h * d,
+                                                     static_cast<std::size_t>(d)));
     }
   }
 }

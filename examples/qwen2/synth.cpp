@@ -2,13 +2,13 @@
 #include "synth.hpp"
 
 #include <amc/error.hpp>
+#include <amc/io/atomic_file.hpp>
 #include <amc/io/safetensors.hpp>
 #include <amc/parallel.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "tokenizer.hpp"
+#include "synth_tokenizer.hpp"
 
 namespace amc::qwen2 {
 namespace {
@@ -91,18 +91,6 @@ nlohmann::ordered_json config_json(const Config& c, StorageType dtype) {
   j["vocab_size"] = c.vocab_size;
   j["amc_synthetic"] = true;  // not a trained model: random weights written by amc-synth
   return j;
-}
-
-void write_text(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path temporary = path.string() + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) detail::throw_error(kWhere, "cannot create ", temporary.string());
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.flush();
-    if (!out) detail::throw_error(kWhere, "cannot write ", temporary.string());
-  }
-  std::filesystem::rename(temporary, path);
 }
 
 /// Fills [rows, cols] with N(0, std^2).
@@ -303,10 +291,10 @@ void write_synthetic_checkpoint(const std::filesystem::path& dir, const SynthSpe
       }
       write_safetensors(dir / name, std::span(all).subspan(first, next - first), metadata);
     }
-    write_text(dir / "model.safetensors.index.json", index.dump(2) + "\n");
+    write_file_atomically(dir / "model.safetensors.index.json", index.dump(2) + "\n", kWhere);
   }
-  write_text(dir / "config.json", config_text);
-  write_text(dir / "tokenizer.json", synthetic_tokenizer_json(tokenizer_vocab));
+  write_file_atomically(dir / "config.json", config_text, kWhere);
+  write_file_atomically(dir / "tokenizer.json", synthetic_tokenizer_json(tokenizer_vocab), kWhere);
 }
 
 }  // namespace amc::qwen2

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     set("--kv-heads", kv_heads, spec.config.num_key_value_heads);
     set("--intermediate", intermediate, spec.config.intermediate_size);
     set("--vocab", vocab, spec.config.vocab_size);
-    spec.dtype = dtype == "f32" ? amc::StorageType::f32 : amc::StorageType::bf16;
+    spec.dtype = amc::parse_storage_type(dtype);
     spec.seed = seed;
     spec.tokenizer_vocab = tokenizer_vocab;
     spec.shards = shards;

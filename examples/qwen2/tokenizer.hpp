@@ -62,12 +62,4 @@ class Tokenizer {
 /// decode(encode(text)) with it. Invalid UTF-8 is an amc::error naming the byte offset.
 std::string nfc(std::string_view text);
 
-/// A deterministic byte-level BPE tokenizer.json for synthetic checkpoints: the 256 byte tokens,
-/// merges learned greedily from a small built-in English and code sample up to
-/// `vocab_size` - 3 regular tokens (once the sample has no pair left, filler merges of existing
-/// tokens in a fixed order), and <|endoftext|>, <|im_start|>, <|im_end|> as the last three
-/// ids. Same pre-tokenizer, normalizer and decoder as Qwen2, so Tokenizer loads it unchanged.
-/// \param vocab_size total ids, >= 259 + 1
-std::string synthetic_tokenizer_json(std::int64_t vocab_size);
-
 }  // namespace amc::qwen2

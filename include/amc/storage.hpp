@@ -4,8 +4,14 @@
 
 #include <bit>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "amc/error.hpp"
 
 namespace amc {
 
@@ -28,6 +34,11 @@ concept KvStorage = std::same_as<T, float> || std::same_as<T, bf16> || std::same
 
 enum class StorageType : std::uint8_t { f32, bf16, f16 };
 
+/// The number of StorageType values: the size of tables indexed by storage type.
+inline constexpr std::size_t kStorageTypes = 3;
+static_assert(static_cast<std::size_t>(StorageType::f16) + 1 == kStorageTypes,
+              "kStorageTypes must count every StorageType value (the last is f16)");
+
 template <KvStorage T>
 inline constexpr StorageType storage_type_of = std::same_as<T, float>  ? StorageType::f32
                                                : std::same_as<T, bf16> ? StorageType::bf16
@@ -43,6 +54,75 @@ constexpr std::string_view to_string(StorageType type) {
       return "f16";
   }
   return "?";
+}
+
+/// The StorageType whose to_string is `name` ("f32", "bf16", "f16"). Throws amc::error naming
+/// the text otherwise.
+constexpr StorageType parse_storage_type(std::string_view name) {
+  for (std::size_t i = 0; i < kStorageTypes; ++i) {
+    if (to_string(static_cast<StorageType>(i)) == name) return static_cast<StorageType>(i);
+  }
+  detail::throw_error("amc::parse_storage_type", "unknown storage type '", name,
+                      "' (expected f32, bf16 or f16)");
+}
+
+namespace detail {
+
+/// Whether visit_storage<Ts...> visits T: every storage type when Ts is empty.
+template <class T, class... Ts>
+inline constexpr bool visits_storage = sizeof...(Ts) == 0 || (std::same_as<T, Ts> || ...);
+
+template <KvStorage... Ts>
+[[noreturn]] void throw_storage_type(StorageType type) {
+  const auto value = static_cast<unsigned>(type);
+  if (value >= kStorageTypes) {
+    throw_error("amc::visit_storage", "invalid StorageType value ", value);
+  }
+  std::string supported;
+  ((supported += supported.empty() ? "" : ", ", supported += to_string(storage_type_of<Ts>)), ...);
+  throw_error("amc::visit_storage", "storage type ", to_string(type), " is not one of ", supported);
+}
+
+}  // namespace detail
+
+/// Calls f(std::type_identity<T>{}) with T the element type `type` names (float, bf16 or f16)
+/// and returns what it returns (the same type for every T): the one place where a run-time
+/// storage type picks a template instantiation.
+///
+///     amc::visit_storage(dtype, [&](auto t) { run<typename decltype(t)::type>(args); });
+///
+/// visit_storage<float, bf16>(type, f) instantiates f for the named types only, for code that
+/// supports a subset; another type throws amc::error ("amc::visit_storage: storage type f16 is
+/// not one of f32, bf16"), and so does a value that is no StorageType, naming the value.
+template <KvStorage... Ts, class F>
+constexpr decltype(auto) visit_storage(StorageType type, F&& f) {
+  switch (type) {
+    case StorageType::f32:
+      if constexpr (detail::visits_storage<float, Ts...>) {
+        return std::forward<F>(f)(std::type_identity<float>{});
+      }
+      break;
+    case StorageType::bf16:
+      if constexpr (detail::visits_storage<bf16, Ts...>) {
+        return std::forward<F>(f)(std::type_identity<bf16>{});
+      }
+      break;
+    case StorageType::f16:
+      if constexpr (detail::visits_storage<f16, Ts...>) {
+        return std::forward<F>(f)(std::type_identity<f16>{});
+      }
+      break;
+  }
+  if constexpr (sizeof...(Ts) == 0) {
+    detail::throw_storage_type<float, bf16, f16>(type);
+  } else {
+    detail::throw_storage_type<Ts...>(type);
+  }
+}
+
+/// Bytes of one element of `type`.
+constexpr std::size_t storage_size(StorageType type) {
+  return visit_storage(type, [](auto t) { return sizeof(typename decltype(t)::type); });
 }
 
 constexpr float to_float(float x) { return x; }

@@ -394,7 +394,7 @@ def main():
                        "--supports", "65", "--out", bad], [bad_ids + ":2:3: 'x5'"])
         check_refusal(common + ["--tokens", "1", "--contexts", "64", "--supports", "65", "--out",
                                 bad], ["--tokens must be >= 2"])
-        check_refusal(small + ["--supports", "65", "--scope", "all"], ["--scope"])
+        check_refusal(small + ["--supports", "65", "--scope", "all"], ["scope must be 'head' or 'group'", "'all'"])
         check_refusal(small + ["--supports", "65", "--kv-dtype", "f16"], ["--kv-dtype", "f16"])
         check_refusal(small + ["--supports", "65", "--rope-angles", "double"], ["--rope-angles", "double"])
         check_refusal([amc_eval, "mass", "--model", model, "--ids", docs[0], "--contexts", "64", "--supports",

@@ -1,7 +1,7 @@
 // amc-eval's parts against independent references: support-size mapping, id parsing, medians,
-// runs.jsonl handling, atomic file replacement, the layer probe against quantities recomputed in
-// double from the cache (amc::analyse_omission, block masses summed position by position), and the
-// paired runner against fresh sessions that decode without truncation.
+// runs.jsonl handling, the layer probe against quantities recomputed in double from the cache
+// (amc::analyse_omission, block masses summed position by position), and the paired runner
+// against fresh sessions that decode without truncation.
 #include <amc/amc.hpp>
 #include <amc/math/omitted_mass.hpp>
 
@@ -13,7 +13,6 @@
 
 #include "catch.hpp"
 #include "documents.hpp"
-#include "durable_file.hpp"
 #include "layer_probe.hpp"
 #include "paired_run.hpp"
 #include "qwen2/checkpoint.hpp"
@@ -111,22 +110,6 @@ TEST_CASE("runs.jsonl: a partial last line is dropped, damage and other settings
                       AMC_CONTAINS("was recorded with window = 64 but this run has window = 48"));
   std::ofstream(runs, std::ios::app) << "not json\n" << record(129).dump() << "\n";
   REQUIRE_THROWS_WITH(read_run_file(runs), AMC_CONTAINS("runs.jsonl:4: not a run record"));
-}
-
-TEST_CASE("an atomic write replaces the whole file or leaves it and no temporary", "[eval]") {
-  TempDir dir("eval_atomic");
-  const std::filesystem::path file = dir / "table.csv";
-  write_file_atomically(file, "old\n");
-  write_file_atomically(file, "new\n");
-  CHECK(amc::qwen2::test::read_file(file) == "new\n");
-  // A directory in the way: the rename fails after the temporary was written.
-  const std::filesystem::path blocked = dir / "blocked";
-  std::filesystem::create_directories(blocked / "inside");
-  REQUIRE_THROWS_WITH(write_file_atomically(blocked, "x"),
-                      AMC_CONTAINS(blocked.string() + ": cannot replace the file"));
-  CHECK(std::filesystem::is_directory(blocked / "inside"));
-  CHECK_FALSE(std::filesystem::exists(dir / "blocked.tmp"));
-  CHECK_FALSE(std::filesystem::exists(dir / "table.csv.tmp"));
 }
 
 namespace {

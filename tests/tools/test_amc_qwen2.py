@@ -268,7 +268,7 @@ def main():
         check_refusal([qwen2, "--model", a, "--prompt-ids", "-1"], ["outside the vocabulary"])
         check_refusal([qwen2, "--model", a, "--prompt", "x", "--attention", "fast"], ["--attention"])
         check_refusal([qwen2, "--model", a, "--prompt", "x", "--attention", "sparse", "--block-size", "0"],
-                          ["block_size must be positive"])
+                          ["block_size must be an integer > 0", "'0'"])
         check_refusal([qwen2, "--model", a, "--prompt", "x", "--threads", "0"], ["--threads"])
         check_refusal([qwen2, "--model", a, "--prompt", "x", "--kv-dtype", "f16"], ["--kv-dtype", "f16"])
         check_refusal([qwen2, "--model", a, "--prompt", "x", "--rope-angles", "double"],

@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "amc/amc.hpp"
+#include "amc/cli/sparse_options.hpp"
+#include "amc/io/sparse_config_json.hpp"
 #include "amc/io/safetensors.hpp"
 #include "amc/math/certified_bounds.hpp"
 #include "amc/math/omitted_mass.hpp"
@@ -38,47 +40,30 @@ using nlohmann::json;
 struct Options {
   std::string input;
   SparseConfig config;
-  std::string scope = "head";
-  std::string score = "mean";
-  std::string combine = "sum";
-  std::optional<double> target_eps;
-  std::optional<std::int64_t> max_k;
-  std::optional<float> scale;
   bool json_output = false;
 };
 
 json number(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
 
 int run(const Options& options) {
-  SparseConfig config = options.config;
-  config.scope = parse_scope(options.scope);
-  config.score = parse_score_rule(options.score);
-  if (options.combine != "sum" && options.combine != "max") {
-    fail("--combine must be 'sum' or 'max', got '" + options.combine + "'");
-  }
-  config.combine = options.combine == "sum" ? GroupCombine::sum : GroupCombine::max;
-  config.scale = options.scale;
-  config.validate();
-  if (options.max_k && !options.target_eps) fail("--max-k needs --target-eps (it caps adaptive selection)");
-  if (options.target_eps && !(*options.target_eps >= 0.0 && *options.target_eps <= 1.0)) {
-    fail("--target-eps must be in [0, 1], got " + std::to_string(*options.target_eps));
-  }
-  if (options.max_k && *options.max_k < 0) fail("--max-k must be >= 0, got " + std::to_string(*options.max_k));
-
+  const SparseConfig& config = options.config;
   const Inputs in = bounds::load_inputs(options.input);
   const std::int64_t d = in.head_dim, n = in.positions, group = in.query_heads / in.kv_heads;
-  const float scale = options.scale.value_or(1.0f / std::sqrt(static_cast<float>(d)));
-  const bool adaptive = options.target_eps.has_value();
+  const float scale = config.scale.value_or(1.0f / std::sqrt(static_cast<float>(d)));
+  const bool adaptive = config.adaptive();
 
   json heads = json::array();
   double max_eps = 0, max_error = 0, max_residual = 0, max_relative_residual = 0, max_operator_error = 0;
   double max_certified_eps = 0, max_certified_error = 0, min_retained = 1;
   std::int64_t max_needed_k = 0;
   DenseDecode dense(scale);
+  // The operators' own pipeline: top-k or (with --target-eps) adaptive selection, per head or
+  // per group, then attention over what was selected. The tool only reads what they chose.
   BlockSparseDecode<> sparse(config);
+  const SummaryOptions summary_options{.channel_bounds = true, .value_norms = true};
   for (std::int64_t g = 0; g < in.kv_heads; ++g) {
     const KvView<float> kv(in.k.data() + g * n * d, in.v.data() + g * n * d, n, d);
-    const auto summaries = BlockSummaries::build(kv, config.block_size, {.channel_bounds = true, .value_norms = true});
+    const auto summaries = BlockSummaries::build(kv, config.block_size, summary_options);
     const KvHead<KvView<float>> head{kv, &summaries};
     const Eigen::Map<const RowMatrix> queries(in.q.data() + g * group * d, group, d);
     RowMatrix dense_out(group, d), sparse_out(group, d);
@@ -86,77 +71,27 @@ int run(const Options& options) {
     dense.decode(queries, head, dense_out, dense_results);
     sparse.decode(queries, head, sparse_out, sparse_results);
 
-    // Adaptive mode replaces the top-k selection: per head its own growth; per group the
-    // largest k any head needs (the bound only falls as blocks are added, and the group's
-    // heads share one ranking, so that k meets every head's target).
-    std::vector<Support> supports(group);
-    std::vector<std::vector<std::int64_t>> selected(group);
-    std::vector<std::int64_t> needed(group, 0);
-    for (std::int64_t h = 0; h < group; ++h) {
-      supports[h] = sparse.support(h);
-      selected[h].assign(sparse.selected_blocks(h).begin(), sparse.selected_blocks(h).end());
-    }
-    if (adaptive) {
-      const std::int64_t blocks = summaries.blocks();
-      const std::int64_t cap = options.max_k.value_or(blocks);
-      std::vector<float> ranking(static_cast<std::size_t>(blocks));
-      if (config.scope == SelectionScope::per_group) {
-        std::vector<float> scratch;
-        combine_group_scores(sparse.block_scores(), group, blocks, candidate_blocks(n, config), config.combine, ranking, scratch);
-      }
-      std::int64_t group_k = 0;
-      std::vector<AdaptiveSelection> choices;
-      for (std::int64_t h = 0; h < group; ++h) {
-        if (config.scope == SelectionScope::per_head) {
-          std::copy_n(sparse.block_scores().begin() + h * blocks, blocks, ranking.begin());
-        }
-        choices.push_back(adaptive_select(std::span<const float>(queries.row(h).data(), d), scale, kv, summaries, config,
-                                          ranking, *options.target_eps, cap));
-        group_k = std::max(group_k, choices.back().needed_k);
-      }
-      std::vector<std::int64_t> group_blocks;
-      if (config.scope == SelectionScope::per_group) {
-        // The group's support: the group_k best blocks of the shared ranking, which is exactly
-        // what the head that needed the most grew to.
-        select_top_k(ranking, candidate_blocks(n, config), group_k, group_blocks);
-      }
-      for (std::int64_t h = 0; h < group; ++h) {
-        if (config.scope == SelectionScope::per_group) {
-          selected[h] = group_blocks;
-          build_support(n, config, group_blocks, supports[h]);
-          needed[h] = group_k;
-        } else {
-          supports[h] = choices[h].support;
-          selected[h] = choices[h].blocks;
-          needed[h] = choices[h].needed_k;
-        }
-        RowMatrix out(1, d);
-        std::vector<HeadResult> result(1);
-        decode_support(queries.middleRows(h, 1), kv, supports[h], scale, out, result);
-        sparse_out.row(h) = out.row(0);
-        sparse_results[h] = result[0];
-      }
-    }
-
     const Eigen::Map<const RowMatrix> values(in.v.data() + g * n * d, n, d);
     for (std::int64_t h = 0; h < group; ++h) {
       // The exact analysis, in double from the stored values (products of f32 numbers are exact
       // in double): scores, o and o_S as an exact operator would compute them.
       const std::span<const float> query(queries.row(h).data(), static_cast<std::size_t>(d));
       const VectorD scores = exact_scores(query, scale, kv);
-      const ExactOutputs exact = exact_outputs(scores, values, supports[h]);
-      const OmissionAnalysis a = analyse_omission(scores, values, supports[h], exact.dense, exact.sparse);
+      const ExactOutputs exact = exact_outputs(scores, values, sparse.support(h));
+      const OmissionAnalysis a = analyse_omission(scores, values, sparse.support(h), exact.dense, exact.sparse);
       // How far the f32 operators' outputs are from the identity and from the exact outputs.
       const Vector dense_f32 = dense_out.row(h).transpose(), sparse_f32 = sparse_out.row(h).transpose();
       const IdentityResidual residual = omission_identity_residual(dense_f32, sparse_f32, a.omitted_mass, a.omitted_mean);
       const double dense_operator_error = (dense_f32.cast<double>() - exact.dense).norm();
       const double sparse_operator_error = (sparse_f32.cast<double>() - exact.sparse).norm();
-      const CertifiedBounds c = certified_bounds(query, scale, kv, summaries, supports[h]);
+      const Support& support = sparse.support(h);
+      const std::span<const std::int64_t> selected = sparse.selected_blocks(h);
+      const CertifiedBounds c = certified_bounds(query, scale, kv, summaries, support);
       json record = {{"head", g * group + h},
                      {"kv_head", g},
                      {"n", n},
-                     {"support_size", supports[h].size()},
-                     {"selected_blocks", selected[h]},
+                     {"support_size", support.size()},
+                     {"selected_blocks", std::vector<std::int64_t>(selected.begin(), selected.end())},
                      {"lse_support", number(sparse_results[h].lse)},
                      {"lse_all", number(dense_results[h].lse)},
                      {"retained_mass", a.retained_mass},
@@ -172,7 +107,7 @@ int run(const Options& options) {
                      {"certified_omitted_mass_bound", c.omitted_mass_bound},
                      {"certified_log_omitted_mass_bound", number(c.log_omitted_mass_bound)},
                      {"certified_error_bound", c.error_bound}};
-      if (adaptive) record["needed_k"] = needed[h];
+      if (adaptive) record["needed_k"] = sparse.needed_k(h);
       heads.push_back(record);
       max_eps = std::max(max_eps, a.omitted_mass);
       min_retained = std::min(min_retained, a.retained_mass);
@@ -182,28 +117,25 @@ int run(const Options& options) {
       max_operator_error = std::max({max_operator_error, dense_operator_error, sparse_operator_error});
       max_certified_eps = std::max(max_certified_eps, c.omitted_mass_bound);
       max_certified_error = std::max(max_certified_error, c.error_bound);
-      max_needed_k = std::max(max_needed_k, needed[h]);
+      if (adaptive) max_needed_k = std::max(max_needed_k, sparse.needed_k(h));
     }
   }
 
+  // The configuration as the library writes it (its "combine" under this tool's historical
+  // name "group_combine"), the resolved scale, and the input's shape.
   json effective = {{"input", options.input},
                     {"query_heads", in.query_heads},
                     {"kv_heads", in.kv_heads},
                     {"positions", n},
-                    {"head_dim", d},
-                    {"block_size", config.block_size},
-                    {"top_k", config.top_k},
-                    {"sinks", config.sinks},
-                    {"window", config.window},
-                    {"scope", std::string(to_string(config.scope))},
-                    {"score", std::string(to_string(config.score))},
-                    {"group_combine", std::string(to_string(config.combine))},
-                    {"scale", scale},
-                    {"adaptive", adaptive},
-                    {"kernels", std::string(kernels::active().name)}};
+                    {"head_dim", d}};
+  const json settings = to_json<json>(config, {"block_size", "top_k", "sinks", "window", "scope", "score", "combine"});
+  for (const auto& [key, value] : settings.items()) effective[key == "combine" ? "group_combine" : key] = value;
+  effective["scale"] = scale;
+  effective["adaptive"] = adaptive;
+  effective["kernels"] = std::string(kernels::active().name);
   if (adaptive) {
-    effective["target_eps"] = *options.target_eps;
-    effective["max_k"] = options.max_k ? json(*options.max_k) : json(nullptr);
+    effective["target_eps"] = *config.target_eps;
+    effective["max_k"] = config.max_k ? json(*config.max_k) : json(nullptr);
   }
   json summary = {{"max_omitted_mass", max_eps},
                   {"min_retained_mass", min_retained},
@@ -223,7 +155,8 @@ int run(const Options& options) {
               static_cast<long long>(in.query_heads), static_cast<long long>(in.kv_heads), static_cast<long long>(n),
               static_cast<long long>(d));
   std::printf("selector: score %s, scope %s, block %lld, k %lld, sinks %lld, window %lld, scale %.6g%s\n\n",
-              options.score.c_str(), options.scope.c_str(), static_cast<long long>(config.block_size),
+              std::string(config.score.name()).c_str(), std::string(to_string(config.scope)).c_str(),
+              static_cast<long long>(config.block_size),
               static_cast<long long>(config.top_k), static_cast<long long>(config.sinks),
               static_cast<long long>(config.window), scale, adaptive ? " (adaptive)" : "");
   std::printf("%5s %4s %8s %12s %12s %12s %12s %12s %12s%s\n", "head", "kv", "support", "omitted", "error",
@@ -249,17 +182,7 @@ int main(int argc, char** argv) {
   Options options;
   CLI::App app{"amc-bounds: omitted-mass identity and certified bounds of one decode step, from q/k/v dumped to safetensors"};
   app.add_option("input", options.input, "safetensors file with q [Hq, d], k [Hkv, n, d], v [Hkv, n, d]")->required();
-  app.add_option("--block-size", options.config.block_size, "positions per block (default 16)");
-  app.add_option("--top-k", options.config.top_k, "blocks selected (default 8)");
-  app.add_option("--sinks", options.config.sinks, "always-kept first positions (default 1)");
-  app.add_option("--window", options.config.window, "always-kept last positions (default 64)");
-  app.add_option("--scope", options.scope, "selection per query head or per GQA group: head|group (default head)");
-  app.add_option("--score", options.score, "block scoring: mean|bound|oracle (default mean)");
-  app.add_option("--combine", options.combine,
-                 "per-group scope: combine the heads' softmax-normalised block scores by sum|max (default sum)");
-  app.add_option("--target-eps", options.target_eps, "adaptive: add blocks until the certified omitted mass <= E");
-  app.add_option("--max-k", options.max_k, "adaptive: at most K blocks (default: all)");
-  app.add_option("--scale", options.scale, "attention scale (default 1/sqrt(d))");
+  cli::SparseOptions sparse(app, SparseConfig{});
   app.add_flag("--json", options.json_output, "print one JSON object instead of a table");
   try {
     app.parse(argc, argv);
@@ -270,6 +193,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    options.config = sparse.config();
     return run(options);
   } catch (const std::exception& e) {
     const std::string message = e.what();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "amc/aligned.hpp"
+#include "amc/attention/adaptive_selection.hpp"
 #include "amc/attention/block_summaries.hpp"
 #include "amc/attention/selectors.hpp"
 #include "amc/attention/softmax_state.hpp"
@@ -229,18 +230,24 @@ class DenseDecode {
   detail::DecodeWorkspace workspace_;
 };
 
-/// Block-sparse decode: score blocks with `Selector`, keep sinks, window and the top-k blocks,
-/// attend over that support. Selection is fresh at every call. Not thread-safe: use one operator
-/// per thread (it owns its scratch so steady-state calls do not allocate).
+/// Block-sparse decode: score blocks with `Selector`, keep sinks, window and the top-k blocks
+/// (or, with config.target_eps set, the fewest best blocks whose certified omitted-mass bound
+/// meets it: adaptive_selection.hpp), attend over that support. Selection is fresh at every
+/// call. Not thread-safe: use one operator per thread (it owns its scratch so steady-state
+/// top-k calls do not allocate).
 template <class Selector = RuleSelector>
 class BlockSparseDecode {
  public:
   /// Validates `config`; the default Selector (RuleSelector) follows config.score.
-  explicit BlockSparseDecode(const SparseConfig& config) : BlockSparseDecode(config, Selector{}) {}
+  explicit BlockSparseDecode(
+      const SparseConfig& config) requires std::same_as<Selector, RuleSelector>
+      : BlockSparseDecode(config, RuleSelector((config.validate(), config))) {}
+  explicit BlockSparseDecode(const SparseConfig& config) requires(
+      !std::same_as<Selector, RuleSelector>)
+      : BlockSparseDecode(config, Selector{}) {}
   BlockSparseDecode(const SparseConfig& config, Selector selector)
       : config_(config), selector_(std::move(selector)) {
     config_.validate();
-    if constexpr (std::same_as<Selector, RuleSelector>) selector_ = RuleSelector(config_.score);
   }
 
   const SparseConfig& config() const { return config_; }
@@ -256,6 +263,14 @@ class BlockSparseDecode {
   }
   /// [heads, blocks] selector scores of the last call (row h for query head h).
   std::span<const float> block_scores() const { return block_scores_; }
+  /// Adaptive selection (config().target_eps set) at the last call, per query head: the
+  /// blocks added (per group: the largest any head of the group needed) and the certified
+  /// omitted-mass bound that head's own search reached, and whether it met the target.
+  std::int64_t needed_k(std::int64_t head) const { return adaptive_result(head).needed_k; }
+  double omitted_mass_bound(std::int64_t head) const {
+    return adaptive_result(head).omitted_mass_bound;
+  }
+  bool target_met(std::int64_t head) const { return adaptive_result(head).target_met; }
 
   /// Selection alone: scores blocks, picks the top-k (per head or per group) and builds the
   /// supports, readable afterwards through selected_blocks(), support() and block_scores().
@@ -313,6 +328,10 @@ class BlockSparseDecode {
     selected_.resize(static_cast<std::size_t>(heads));
     supports_.resize(static_cast<std::size_t>(heads));
     const std::int64_t selections = config_.scope == SelectionScope::per_group ? 1 : heads;
+    if (config_.adaptive()) {
+      select_adaptive(queries, head, candidates);
+      return;
+    }
     if (config_.scope == SelectionScope::per_group) {
       combined_.resize(static_cast<std::size_t>(blocks));
       combine_group_scores(block_scores_, heads, blocks, candidates, config_.combine, combined_,
@@ -361,6 +380,61 @@ class BlockSparseDecode {
   }
 
  private:
+  const AdaptiveSelection& adaptive_result(std::int64_t head) const {
+    AMC_CHECK(config_.adaptive() && head >= 0 && static_cast<std::size_t>(head) < adaptive_.size(),
+              "amc::BlockSparseDecode", "no adaptive selection for head ", head,
+              " (target_eps set: ", config_.adaptive(), ", heads selected: ", adaptive_.size(),
+              ")");
+    return adaptive_[static_cast<std::size_t>(head)];
+  }
+
+  /// Adaptive selection: per head, blocks in the order of its own scores until its certified
+  /// bound meets the target; per group, the order of the combined scores, and the largest k any
+  /// head needed (the bound only falls as blocks are added in a fixed order, so that k meets
+  /// the target of every head whose own search met it).
+  template <KvViewLike View>
+  void select_adaptive(const ConstMatrixRef& queries, const KvHead<View>& head,
+                       const CandidateBlocks& candidates) {
+    const View& kv = head.kv;
+    const std::int64_t heads = queries.rows(), head_dim = queries.cols();
+    const std::int64_t blocks = head.summaries->blocks();
+    const double scale = detail::resolve_scale(config_.scale, head_dim);
+    const double target = *config_.target_eps;
+    const std::int64_t cap = config_.max_k.value_or(blocks);
+    adaptive_.resize(static_cast<std::size_t>(heads));
+    std::span<const float> ranking;
+    if (config_.scope == SelectionScope::per_group) {
+      combined_.resize(static_cast<std::size_t>(blocks));
+      combine_group_scores(block_scores_, heads, blocks, candidates, config_.combine, combined_,
+                           combine_scratch_);
+      ranking = combined_;
+    }
+    std::int64_t group_k = 0;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      if (config_.scope == SelectionScope::per_head) ranking = scores_of(h, blocks);
+      // The query as given (unscaled; rows of a ConstMatrixRef are contiguous).
+      const std::span<const float> query(queries.row(h).data(), static_cast<std::size_t>(head_dim));
+      AdaptiveSelection& a = adaptive_[static_cast<std::size_t>(h)];
+      a = adaptive_select(query, scale, kv, *head.summaries, config_, ranking, target, cap);
+      group_k = std::max(group_k, a.needed_k);
+      if (config_.scope == SelectionScope::per_head) {
+        selected_[static_cast<std::size_t>(h)] = a.blocks;
+        supports_[static_cast<std::size_t>(h)] = a.support;
+      }
+    }
+    if (config_.scope == SelectionScope::per_group) {
+      // The group's support: the group_k best blocks of the shared ranking, which is exactly
+      // what the head that needed the most grew to.
+      select_top_k(combined_, candidates, group_k, selected_[0]);
+      build_support(kv.positions(), config_, selected_[0], supports_[0]);
+      for (std::int64_t h = 0; h < heads; ++h) {
+        adaptive_[static_cast<std::size_t>(h)].needed_k = group_k;
+        selected_[static_cast<std::size_t>(h)] = selected_[0];
+        supports_[static_cast<std::size_t>(h)] = supports_[0];
+      }
+    }
+  }
+
   SparseConfig config_;
   Selector selector_;
   detail::DecodeWorkspace workspace_;
@@ -374,6 +448,7 @@ class BlockSparseDecode {
   std::vector<float> combine_scratch_;  // [candidate blocks]
   std::vector<std::vector<std::int64_t>> selected_;
   std::vector<Support> supports_;
+  std::vector<AdaptiveSelection> adaptive_;  // [heads], adaptive selection only
 };
 
 static_assert(DecodeOperator<DenseDecode, KvView<float>>);

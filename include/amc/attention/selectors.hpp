@@ -12,10 +12,15 @@
 #include <concepts>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "amc/attention/block_summaries.hpp"
+#include "amc/attention/rules/channel_bound.hpp"
+#include "amc/attention/rules/mean_pooled.hpp"
+#include "amc/attention/rules/oracle.hpp"
+#include "amc/attention/selection_input.hpp"
 #include "amc/attention/sparse_config.hpp"
 #include "amc/attention/support.hpp"
 #include "amc/error.hpp"
@@ -24,168 +29,33 @@
 
 namespace amc {
 
-/// Blocks that may be selected: those with at least one position outside the always-kept
-/// sinks [0, kept_prefix) and window [kept_suffix_begin, positions). They form the contiguous
-/// index range [first, last); empty when sinks and window cover everything.
-struct CandidateBlocks {
-  std::int64_t first = 0;
-  std::int64_t last = 0;
-  std::int64_t kept_prefix = 0;        ///< min(sinks, positions)
-  std::int64_t kept_suffix_begin = 0;  ///< max(positions - window, kept_prefix)
-
-  std::int64_t count() const { return last - first; }
-};
-
-inline CandidateBlocks candidate_blocks(std::int64_t positions, const SparseConfig& config) {
-  CandidateBlocks c;
-  c.kept_prefix = std::min(config.sinks, positions);
-  c.kept_suffix_begin = std::max(positions - config.window, c.kept_prefix);
-  if (c.kept_prefix < c.kept_suffix_begin) {
-    c.first = c.kept_prefix / config.block_size;
-    c.last = (c.kept_suffix_begin + config.block_size - 1) / config.block_size;
-  }
-  return c;
-}
-
-/// What a selector sees for one query head.
-struct BlockScoringInput {
-  std::span<const float> query;  ///< [head_dim], already multiplied by the attention scale c
-  const BlockSummaries& summaries;
-  CandidateBlocks candidates;
-};
-
-/// What a selector that can score all heads of a group in one pass sees.
-struct GroupScoringInput {
-  const float* queries;  ///< [heads, head_dim], already multiplied by the attention scale c
-  std::int64_t heads;
-  const BlockSummaries& summaries;
-  CandidateBlocks candidates;
-};
-
-/// A block scoring rule: fills scores[b] for every candidate block b (scores has one slot per
-/// block of the summaries; slots outside the candidate range are ignored).
-template <class S, class View>
-concept BlockSelector = KvViewLike<View> &&
-    requires(const S& selector, const BlockScoringInput& input, const View& kv,
-             std::span<float> scores) {
-  { selector.score_blocks(input, kv, scores) } -> std::same_as<void>;
-};
-
-/// The method: shat_b = c <q, kbar_b>, the mean of the block's scores (by linearity). A lower
-/// bound on log M_b - log|b| (Jensen), so it dilutes single high-scoring positions.
-struct MeanPooledSelector {
-  template <KvViewLike View>
-  void score_blocks(const BlockScoringInput& in, const View& /*kv*/,
-                    std::span<float> scores) const {
-    const auto& c = in.candidates;
-    if (c.count() == 0) return;
-    const auto means = in.summaries.mean_keys();
-    kernels::active().score_rows[kernels::index_of(StorageType::f32)](
-        in.query.data(), 1, in.summaries.head_dim(), means.data() + c.first * means.outerStride(),
-        means.outerStride(), c.count(), scores.data() + c.first, 0);
-  }
-
-  /// All heads in one pass over the mean keys: scores is [heads, blocks].
-  template <KvViewLike View>
-  void score_blocks_group(const GroupScoringInput& in, const View& /*kv*/,
-                          std::span<float> scores) const {
-    const auto& c = in.candidates;
-    if (c.count() == 0) return;
-    const auto means = in.summaries.mean_keys();
-    kernels::active().score_rows[kernels::index_of(StorageType::f32)](
-        in.queries, in.heads, in.summaries.head_dim(), means.data() + c.first * means.outerStride(),
-        means.outerStride(), c.count(), scores.data() + c.first, in.summaries.blocks());
-  }
-};
-
-/// Quest-style comparison: ub_b = c sum_i max(q_i kmin_{b,i}, q_i kmax_{b,i}) >= max_{j in b} s_j.
-/// Needs summaries built with channel_bounds.
-struct ChannelBoundSelector {
-  template <KvViewLike View>
-  void score_blocks(const BlockScoringInput& in, const View& /*kv*/,
-                    std::span<float> scores) const {
-    const auto& c = in.candidates;
-    if (c.count() == 0) return;
-    const auto lo = in.summaries.channel_min();
-    const auto hi = in.summaries.channel_max();
-    kernels::active().channel_bound(in.query.data(), in.summaries.head_dim(),
-                                    lo.data() + c.first * lo.outerStride(),
-                                    hi.data() + c.first * hi.outerStride(), lo.outerStride(),
-                                    c.count(), scores.data() + c.first);
-  }
-};
-
-/// Evaluation oracle: the log of the true softmax mass (up to the shared normaliser) that the
-/// block would add to the support, log sum_{j in b, j not always kept} exp(s_j). Top-k by this
-/// maximises retained mass exactly. Reads every candidate key: for measurement, not speed.
-class OracleSelector {
- public:
-  template <KvViewLike View>
-  void score_blocks(const BlockScoringInput& in, const View& kv, std::span<float> scores) const {
-    using T = typename View::value_type;
-    const auto& c = in.candidates;
-    const auto& table = kernels::active();
-    const std::int64_t block_size = in.summaries.block_size();
-    scratch_.resize(static_cast<std::size_t>(block_size));
-    for (std::int64_t b = c.first; b < c.last; ++b) {
-      const std::int64_t begin = std::max(b * block_size, c.kept_prefix);
-      const std::int64_t end = std::min((b + 1) * block_size, c.kept_suffix_begin);
-      kv.for_each_run(begin, end,
-                      [&](const T* keys, const T*, std::int64_t first, std::int64_t rows) {
-                        table.score_rows[kernels::index_of(storage_type_of<T>)](
-                            in.query.data(), 1, kv.head_dim(), keys, kv.key_stride(), rows,
-                            scratch_.data() + (first - begin), 0);
-                      });
-      const std::int64_t count = end - begin;
-      const float max = table.max(scratch_.data(), count);
-      scores[static_cast<std::size_t>(b)] =
-          max + std::log(table.exp_sum(scratch_.data(), count, max));
-    }
-  }
-
- private:
-  mutable std::vector<float> scratch_;  // one block of scores; makes the selector single-threaded
-};
-
-/// Runtime choice among the built-in rules, by SparseConfig::score (for tools and configs).
+/// Runtime choice among the registered rules (attention/rule_info.hpp), by SparseConfig::score:
+/// what tools and configurations use. Copies share the rule, which is stateless and const.
 class RuleSelector {
  public:
-  RuleSelector() = default;
-  explicit RuleSelector(ScoreRule rule) : rule_(rule) {}
+  /// Mean pooling.
+  RuleSelector() : RuleSelector(SparseConfig{}) {}
+  /// The rule `config.score` names, made for `config`.
+  explicit RuleSelector(const SparseConfig& config)
+      : rule_(config.score), scorer_(config.score.info().make(config)) {}
+
   ScoreRule rule() const { return rule_; }
 
   template <KvViewLike View>
   void score_blocks(const BlockScoringInput& in, const View& kv, std::span<float> scores) const {
-    switch (rule_) {
-      case ScoreRule::mean_pooled:
-        return MeanPooledSelector{}.score_blocks(in, kv, scores);
-      case ScoreRule::channel_bound:
-        return ChannelBoundSelector{}.score_blocks(in, kv, scores);
-      case ScoreRule::oracle:
-        return oracle_.score_blocks(in, kv, scores);
-    }
+    scorer_->score(in, KeyRows(kv), scores);
   }
 
-  /// Mean pooling scores the whole group in one pass; the other rules go head by head.
+  /// The whole group at once (one pass over the summaries for rules that can).
   template <KvViewLike View>
   void score_blocks_group(const GroupScoringInput& in, const View& kv,
                           std::span<float> scores) const {
-    if (rule_ == ScoreRule::mean_pooled) {
-      MeanPooledSelector{}.score_blocks_group(in, kv, scores);
-      return;
-    }
-    const auto blocks = static_cast<std::size_t>(in.summaries.blocks());
-    const auto head_dim = static_cast<std::size_t>(in.summaries.head_dim());
-    for (std::int64_t h = 0; h < in.heads; ++h) {
-      const BlockScoringInput head{std::span(in.queries + h * in.summaries.head_dim(), head_dim),
-                                   in.summaries, in.candidates};
-      score_blocks(head, kv, scores.subspan(static_cast<std::size_t>(h) * blocks, blocks));
-    }
+    scorer_->score_group(in, KeyRows(kv), scores);
   }
 
  private:
-  ScoreRule rule_ = ScoreRule::mean_pooled;
-  OracleSelector oracle_;
+  ScoreRule rule_;
+  std::shared_ptr<const BlockRule> scorer_;
 };
 
 /// Picks the `k` best candidate blocks by score, ties broken by the lower block index; NaN scores
@@ -238,18 +108,6 @@ inline void select_top_k(std::span<const float> scores, const CandidateBlocks& c
     worst = key(selected.front());
   }
   std::sort(selected.begin(), selected.end());
-}
-
-/// Support = sinks U window U the selected blocks, deduplicated and in position order.
-inline void build_support(std::int64_t positions, const SparseConfig& config,
-                          std::span<const std::int64_t> selected_blocks, Support& support) {
-  support.clear();
-  support.add(0, config.sinks, positions);
-  support.add(positions - config.window, positions, positions);
-  for (const std::int64_t b : selected_blocks) {
-    support.add(b * config.block_size, (b + 1) * config.block_size, positions);
-  }
-  support.normalize();
 }
 
 /// Per-group combination: each row of `head_scores` ([heads, blocks]) becomes a softmax over the

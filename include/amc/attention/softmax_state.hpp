@@ -114,6 +114,30 @@ class SoftmaxState {
     for (std::int64_t i = 0; i < head_dim_; ++i) out[i] = acc[i] * inverse;
   }
 
+  /// Folds a block of `count` scores of `head` in, for callers that mix the values themselves
+  /// (flash-attention prefill: one GEMM for many heads): the running max and sum take the block
+  /// in, the accumulator is rescaled to the new max, and `scores` becomes the block's weights
+  /// exp(s - m), which the caller then adds, times their values, to row `head` of
+  /// accumulator_data(). `count` > 0.
+  void fold_scores(std::int64_t head, float* scores, std::int64_t count,
+                   const kernels::KernelTable& table) {
+    AMC_DASSERT(count > 0);
+    const std::size_t h = idx(head);
+    const float new_max = std::max(max_[h], table.max(scores, count));
+    const float sum = table.exp_sum(scores, count, new_max);  // scores := exp(s - new_max)
+    if (!empty(head)) {
+      const float rescale = std::exp(max_[h] - new_max);
+      sum_[h] *= rescale;
+      table.scale(accumulator_.data() + head * head_dim_, rescale, head_dim_);
+    }
+    sum_[h] += sum;
+    max_[h] = new_max;
+  }
+
+  /// [heads, head_dim] row-major: the unnormalised outputs, for callers that add weighted
+  /// values in bulk after fold_scores.
+  float* accumulator_data() { return accumulator_.data(); }
+
   /// Kernel arguments that update heads [first_head, first_head + count) of this state.
   kernels::AttendArgs attend_args(std::int64_t first_head, std::int64_t count) {
     AMC_DASSERT(first_head >= 0 && first_head + count <= heads_);

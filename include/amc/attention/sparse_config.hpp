@@ -1,11 +1,19 @@
-// Configuration of block-sparse decoding, validated once.
+// Configuration of block-sparse decoding: every selection setting, validated once, and a table
+// of the settings (name, help, text form) that parsing, describing and serialising use, so that
+// every tool, report and binding names, validates and prints them the same way.
 #pragma once
 
+#include <charconv>
+#include <cmath>
+#include <compare>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "amc/attention/rule_info.hpp"
 #include "amc/error.hpp"
 
 namespace amc {
@@ -16,13 +24,6 @@ enum class SelectionScope : std::uint8_t {
   per_group,  ///< one support for the GQA group: each selected block is read once for all heads
 };
 
-/// The built-in block scoring rules (see attention/selectors.hpp).
-enum class ScoreRule : std::uint8_t {
-  mean_pooled,    ///< c <q, mean key>: the method under study
-  channel_bound,  ///< c sum_i max(q_i min_i, q_i max_i): Quest-style upper bound (comparison)
-  oracle,         ///< log of the true softmax mass of the block: evaluation only, reads all keys
-};
-
 /// How per-group scope combines the heads' block scores: each head's scores are first turned
 /// into a softmax distribution over the candidate blocks, then combined per block.
 enum class GroupCombine : std::uint8_t {
@@ -30,52 +31,83 @@ enum class GroupCombine : std::uint8_t {
   max,  ///< max over heads (any single head that wants a block strongly can win it)
 };
 
+/// A block scoring rule, by its registered name (attention/rules.hpp lists them; a rule is
+/// one file plus one line of the registry in src/rule_registry.cpp). A small value type:
+/// copying it copies a name.
+class ScoreRule {
+ public:
+  /// The mean-pooled rule, the method under study.
+  constexpr ScoreRule() = default;
+
+  /// The registered rule called `name`; throws amc::error listing the registered names.
+  static ScoreRule named(std::string_view name) { return ScoreRule(find_rule(name).name); }
+
+  constexpr std::string_view name() const { return name_; }
+  /// Its registry entry (what it needs, how to make it).
+  const RuleInfo& info() const { return find_rule(name_); }
+
+  friend constexpr bool operator==(const ScoreRule& a, const ScoreRule& b) {
+    return a.name_ == b.name_;
+  }
+  friend constexpr auto operator<=>(const ScoreRule& a, const ScoreRule& b) {
+    return a.name_ <=> b.name_;
+  }
+
+  // The built-in rules, for code that names them (tools select rules by name).
+  static const ScoreRule mean_pooled;    ///< "mean": c <q, mean key>
+  static const ScoreRule channel_bound;  ///< "bound": c sum_i max(q_i min_i, q_i max_i)
+  static const ScoreRule oracle;         ///< "oracle": the true block mass; reads every key
+
+ private:
+  constexpr explicit ScoreRule(std::string_view name) : name_(name) {}
+  std::string_view name_ = "mean";  // points at static storage (a literal or the registry)
+};
+
+inline constexpr ScoreRule ScoreRule::mean_pooled{"mean"};
+inline constexpr ScoreRule ScoreRule::channel_bound{"bound"};
+inline constexpr ScoreRule ScoreRule::oracle{"oracle"};
+
 constexpr std::string_view to_string(SelectionScope scope) {
   return scope == SelectionScope::per_head ? "head" : "group";
 }
-constexpr std::string_view to_string(ScoreRule rule) {
-  switch (rule) {
-    case ScoreRule::mean_pooled:
-      return "mean";
-    case ScoreRule::channel_bound:
-      return "bound";
-    case ScoreRule::oracle:
-      return "oracle";
-  }
-  return "?";
-}
+constexpr std::string_view to_string(ScoreRule rule) { return rule.name(); }
 constexpr std::string_view to_string(GroupCombine combine) {
   return combine == GroupCombine::sum ? "sum" : "max";
 }
 
-/// Parses the names used by tools and reports ("head"/"group", "mean"/"bound"/"oracle",
+/// Parses the names used by tools and reports ("head"/"group", a registered rule name,
 /// "sum"/"max"); throws amc::error naming the field and the value otherwise.
 inline SelectionScope parse_scope(std::string_view name) {
   if (name == "head") return SelectionScope::per_head;
   if (name == "group") return SelectionScope::per_group;
   detail::throw_error("amc::parse_scope", "scope must be 'head' or 'group', got '", name, "'");
 }
-inline ScoreRule parse_score_rule(std::string_view name) {
-  if (name == "mean") return ScoreRule::mean_pooled;
-  if (name == "bound") return ScoreRule::channel_bound;
-  if (name == "oracle") return ScoreRule::oracle;
-  detail::throw_error("amc::parse_score_rule", "score must be 'mean', 'bound' or 'oracle', got '",
-                      name, "'");
+inline ScoreRule parse_score_rule(std::string_view name) { return ScoreRule::named(name); }
+inline GroupCombine parse_combine(std::string_view name) {
+  if (name == "sum") return GroupCombine::sum;
+  if (name == "max") return GroupCombine::max;
+  detail::throw_error("amc::parse_combine", "combine must be 'sum' or 'max', got '", name, "'");
 }
 
 /// Everything a block-sparse decode step is configured by. Support = first `sinks` positions
 /// U last `window` positions U the `top_k` best-scoring blocks of `block_size` positions that
-/// are not already entirely kept.
+/// are not already entirely kept; or, with `target_eps` set, as many of the best blocks as it
+/// takes for the certified omitted-mass bound to reach `target_eps` (at most `max_k`).
 struct SparseConfig {
   std::int64_t block_size = 16;
   std::int64_t top_k = 8;
   std::int64_t sinks = 1;
   std::int64_t window = 64;
   SelectionScope scope = SelectionScope::per_head;
-  ScoreRule score = ScoreRule::mean_pooled;
+  ScoreRule score;  ///< mean pooling unless set
   GroupCombine combine = GroupCombine::sum;
   /// Attention scale c; unset means 1/sqrt(head_dim).
   std::optional<float> scale;
+  /// Adaptive selection: add blocks best first until the certified omitted-mass bound is
+  /// <= target_eps (top_k is then unused). Unset: top-k selection.
+  std::optional<double> target_eps;
+  /// Adaptive selection adds at most this many blocks; unset: every candidate.
+  std::optional<std::int64_t> max_k;
 
   /// Throws amc::error naming the first bad field and its value.
   void validate() const {
@@ -88,16 +120,210 @@ struct SparseConfig {
               "scale must be positive and finite, got ", scale ? *scale : 0.0f);
     AMC_CHECK(scope == SelectionScope::per_head || scope == SelectionScope::per_group, where,
               "scope has an invalid value ", static_cast<int>(scope));
-    AMC_CHECK(score == ScoreRule::mean_pooled || score == ScoreRule::channel_bound ||
-                  score == ScoreRule::oracle,
-              where, "score has an invalid value ", static_cast<int>(score));
+    static_cast<void>(score.info());  // throws for a name that is not registered
     AMC_CHECK(combine == GroupCombine::sum || combine == GroupCombine::max, where,
               "combine has an invalid value ", static_cast<int>(combine));
+    AMC_CHECK(!target_eps || (*target_eps >= 0.0 && *target_eps <= 1.0), where,
+              "target_eps must be in [0, 1], got ", target_eps ? *target_eps : 0.0);
+    AMC_CHECK(!max_k || *max_k >= 0, where, "max_k must be >= 0, got ", max_k ? *max_k : 0);
+    AMC_CHECK(!max_k || target_eps, where, "max_k needs target_eps (it caps adaptive selection)");
   }
+
+  bool adaptive() const { return target_eps.has_value(); }
 
   /// Nominal support size sinks + window + top_k * block_size (the actual one can be smaller:
   /// short caches, blocks overlapping sinks or window).
   std::int64_t nominal_support() const { return sinks + window + top_k * block_size; }
+
+  friend bool operator==(const SparseConfig&, const SparseConfig&) = default;
 };
+
+/// The block summaries a configuration needs: those of its rule, plus channel bounds and value
+/// norms for adaptive selection (it certifies its bound from them). Caches build these.
+inline SummaryOptions required_summaries(const SparseConfig& config) {
+  SummaryOptions options = config.score.info().summaries;
+  if (config.adaptive()) options.channel_bounds = options.value_norms = true;
+  return options;
+}
+
+// --- the settings, one row each -------------------------------------------------------------
+
+/// How a setting's value is written in JSON.
+enum class SettingKind : std::uint8_t { integer, real, name };
+
+/// One selection setting: its name (JSON key, text key, and with '_' as '-' the command-line
+/// flag), what it means, and its value as text. Unset optional settings read as "" and are
+/// left out of JSON.
+struct SparseSetting {
+  std::string_view name;
+  std::string_view help;
+  SettingKind kind;
+  bool optional;  ///< may be unset ("" clears it)
+  std::string (*get)(const SparseConfig&);
+  /// Parses `text` into the field; throws amc::error "amc::SparseConfig: <name> ..., got '<text>'".
+  void (*set)(SparseConfig&, std::string_view text);
+};
+
+namespace detail {
+
+[[noreturn]] inline void bad_setting(std::string_view name, std::string_view what,
+                                     std::string_view text) {
+  throw_error("amc::SparseConfig", name, " must be ", what, ", got '", text, "'");
+}
+
+template <class T>
+T parse_setting_number(std::string_view name, std::string_view text, std::string_view what) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) bad_setting(name, what, text);
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(value)) bad_setting(name, what, text);
+  }
+  return value;
+}
+
+/// Shortest text that reads back as the same number.
+template <class T>
+std::string setting_number_text(T value) {
+  char buffer[64];
+  const auto [ptr, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, ptr);
+}
+
+inline std::string rule_choices() {
+  std::string out;
+  for (const RuleInfo& rule : registered_rules()) {
+    if (!out.empty()) out += '|';
+    out += rule.name;
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// Every selection setting, in the order tools print them.
+inline std::span<const SparseSetting> sparse_settings() {
+  using detail::bad_setting;
+  using detail::parse_setting_number;
+  using detail::setting_number_text;
+  static const SparseSetting settings[] = {
+      {"block_size", "positions per block", SettingKind::integer, false,
+       [](const SparseConfig& c) { return setting_number_text(c.block_size); },
+       [](SparseConfig& c, std::string_view t) {
+         c.block_size = parse_setting_number<std::int64_t>("block_size", t, "an integer > 0");
+         if (c.block_size <= 0) bad_setting("block_size", "an integer > 0", t);
+       }},
+      {"top_k", "blocks selected beyond sinks and window", SettingKind::integer, false,
+       [](const SparseConfig& c) { return setting_number_text(c.top_k); },
+       [](SparseConfig& c, std::string_view t) {
+         c.top_k = parse_setting_number<std::int64_t>("top_k", t, "an integer >= 0");
+         if (c.top_k < 0) bad_setting("top_k", "an integer >= 0", t);
+       }},
+      {"sinks", "first positions always kept", SettingKind::integer, false,
+       [](const SparseConfig& c) { return setting_number_text(c.sinks); },
+       [](SparseConfig& c, std::string_view t) {
+         c.sinks = parse_setting_number<std::int64_t>("sinks", t, "an integer >= 0");
+         if (c.sinks < 0) bad_setting("sinks", "an integer >= 0", t);
+       }},
+      {"window", "last positions always kept", SettingKind::integer, false,
+       [](const SparseConfig& c) { return setting_number_text(c.window); },
+       [](SparseConfig& c, std::string_view t) {
+         c.window = parse_setting_number<std::int64_t>("window", t, "an integer >= 0");
+         if (c.window < 0) bad_setting("window", "an integer >= 0", t);
+       }},
+      {"scope", "selection per query head or per GQA group: head|group", SettingKind::name, false,
+       [](const SparseConfig& c) { return std::string(to_string(c.scope)); },
+       [](SparseConfig& c, std::string_view t) {
+         if (t != "head" && t != "group") bad_setting("scope", "'head' or 'group'", t);
+         c.scope = parse_scope(t);
+       }},
+      {"score", "block scoring rule (see docs/selectors.md)", SettingKind::name, false,
+       [](const SparseConfig& c) { return std::string(c.score.name()); },
+       [](SparseConfig& c, std::string_view t) {
+         if (find_rule_or_null(t) == nullptr) {
+           bad_setting("score", "one of " + detail::rule_choices(), t);
+         }
+         c.score = ScoreRule::named(t);
+       }},
+      {"combine", "per-group scope: combine the heads' softmax-normalised block scores: sum|max",
+       SettingKind::name, false,
+       [](const SparseConfig& c) { return std::string(to_string(c.combine)); },
+       [](SparseConfig& c, std::string_view t) {
+         if (t != "sum" && t != "max") bad_setting("combine", "'sum' or 'max'", t);
+         c.combine = parse_combine(t);
+       }},
+      {"scale", "attention scale c (unset: 1/sqrt(head_dim))", SettingKind::real, true,
+       [](const SparseConfig& c) { return c.scale ? setting_number_text(*c.scale) : ""; },
+       [](SparseConfig& c, std::string_view t) {
+         if (t.empty()) return c.scale.reset();
+         const auto x = parse_setting_number<float>("scale", t, "a positive finite number");
+         if (!(x > 0.0f) || !(x < 1e30f)) bad_setting("scale", "a positive finite number", t);
+         c.scale = x;
+       }},
+      {"target_eps",
+       "adaptive: add blocks until the certified omitted-mass bound is <= this, in [0, 1]",
+       SettingKind::real, true,
+       [](const SparseConfig& c) { return c.target_eps ? setting_number_text(*c.target_eps) : ""; },
+       [](SparseConfig& c, std::string_view t) {
+         if (t.empty()) return c.target_eps.reset();
+         const auto x = parse_setting_number<double>("target_eps", t, "a number in [0, 1]");
+         if (!(x >= 0.0 && x <= 1.0)) bad_setting("target_eps", "a number in [0, 1]", t);
+         c.target_eps = x;
+       }},
+      {"max_k", "adaptive: add at most this many blocks (unset: all)", SettingKind::integer, true,
+       [](const SparseConfig& c) { return c.max_k ? setting_number_text(*c.max_k) : ""; },
+       [](SparseConfig& c, std::string_view t) {
+         if (t.empty()) return c.max_k.reset();
+         const auto k = parse_setting_number<std::int64_t>("max_k", t, "an integer >= 0");
+         if (k < 0) bad_setting("max_k", "an integer >= 0", t);
+         c.max_k = k;
+       }},
+  };
+  return settings;
+}
+
+/// The setting called `name`; throws amc::error listing the settings.
+inline const SparseSetting& sparse_setting(std::string_view name) {
+  std::string names;
+  for (const SparseSetting& s : sparse_settings()) {
+    if (s.name == name) return s;
+    if (!names.empty()) names += ", ";
+    names += s.name;
+  }
+  detail::throw_error("amc::SparseConfig", "no setting '", name, "' (settings: ", names, ")");
+}
+
+/// "block_size=16 top_k=8 sinks=1 window=64 scope=head score=mean combine=sum": every set
+/// setting as name=value, space-separated, in the table's order.
+inline std::string to_text(const SparseConfig& config) {
+  std::string out;
+  for (const SparseSetting& s : sparse_settings()) {
+    const std::string value = s.get(config);
+    if (s.optional && value.empty()) continue;
+    if (!out.empty()) out += ' ';
+    out.append(s.name).append("=").append(value);
+  }
+  return out;
+}
+
+/// Applies "name=value" settings separated by spaces or commas to `config` (unnamed settings
+/// keep their values), then validates. parse_sparse_config(to_text(c)) == c.
+inline SparseConfig parse_sparse_config(std::string_view text, SparseConfig config = {}) {
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t end = text.find_first_of(" ,", at);
+    const std::string_view item = text.substr(at, end == std::string_view::npos ? end : end - at);
+    at = end == std::string_view::npos ? text.size() : end + 1;
+    if (item.empty()) continue;
+    const std::size_t equals = item.find('=');
+    if (equals == std::string_view::npos) {
+      detail::throw_error("amc::parse_sparse_config", "expected name=value, got '", item, "'");
+    }
+    sparse_setting(item.substr(0, equals)).set(config, item.substr(equals + 1));
+  }
+  config.validate();
+  return config;
+}
 
 }  // namespace amc

@@ -52,11 +52,11 @@ struct KernelTable {
   int f32_lanes = 1;      ///< floats per vector register
 
   /// <q, x> over n elements; x of the indexed storage type.
-  float (*dot[3])(const float* q, const void* x, std::int64_t n) = {};
+  float (*dot[kStorageTypes])(const float* q, const void* x, std::int64_t n) = {};
   /// y += alpha * x over n elements; x of the indexed storage type.
-  void (*axpy[3])(float alpha, const void* x, float* y, std::int64_t n) = {};
+  void (*axpy[kStorageTypes])(float alpha, const void* x, float* y, std::int64_t n) = {};
   /// y = float(x) over n elements.
-  void (*load[3])(const void* x, float* y, std::int64_t n) = {};
+  void (*load[kStorageTypes])(const void* x, float* y, std::int64_t n) = {};
   /// max of n floats; -inf when n == 0.
   float (*max)(const float* x, std::int64_t n) = nullptr;
   /// x_i = exp(x_i - shift) in place; returns the sum of the new x_i.
@@ -70,11 +70,11 @@ struct KernelTable {
   float (*stream_sum)(const float* x, std::int64_t n) = nullptr;
 
   /// Online-softmax update of `heads` states over `rows` key/value rows (see AttendArgs).
-  void (*attend[3])(const AttendArgs& args) = {};
+  void (*attend[kStorageTypes])(const AttendArgs& args) = {};
   /// out[h * out_stride + r] = <queries[h], rows[r]> for h < heads, r < count.
-  void (*score_rows[3])(const float* queries, std::int64_t heads, std::int64_t head_dim,
-                        const void* rows, std::ptrdiff_t row_stride, std::int64_t count, float* out,
-                        std::ptrdiff_t out_stride) = {};
+  void (*score_rows[kStorageTypes])(const float* queries, std::int64_t heads, std::int64_t head_dim,
+                                    const void* rows, std::ptrdiff_t row_stride, std::int64_t count,
+                                    float* out, std::ptrdiff_t out_stride) = {};
   /// out[b] = sum_i max(q_i * lo[b, i], q_i * hi[b, i]): the channel-wise upper bound of
   /// <q, k> over any key k with lo <= k <= hi (per channel). lo, hi: [count, row_stride].
   void (*channel_bound)(const float* query, std::int64_t head_dim, const float* lo, const float* hi,

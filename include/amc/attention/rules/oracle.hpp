@@ -1,0 +1,62 @@
+// The oracle ("oracle"), for evaluation: the log of the true softmax mass (up to the shared
+// normaliser) that the block would add to the support, log sum_{j in b, j not always kept}
+// exp(s_j). Top-k by it maximises the retained mass exactly. Reads every candidate key: for
+// measurement, not speed.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "amc/attention/rule_info.hpp"
+#include "amc/attention/selection_input.hpp"
+
+namespace amc {
+
+/// As a BlockSelector (a template argument of BlockSparseDecode).
+struct OracleSelector {
+  template <KvViewLike View>
+  void score_blocks(const BlockScoringInput& in, const View& kv, std::span<float> scores) const {
+    score(in, KeyRows(kv), scores);
+  }
+
+  static void score(const BlockScoringInput& in, const KeyRows& keys, std::span<float> scores) {
+    const auto& c = in.candidates;
+    const auto& table = kernels::active();
+    const std::int64_t block_size = in.summaries.block_size();
+    std::vector<float> block_scores(static_cast<std::size_t>(block_size));
+    for (std::int64_t b = c.first; b < c.last; ++b) {
+      const std::int64_t begin = std::max(b * block_size, c.kept_prefix);
+      const std::int64_t end = std::min((b + 1) * block_size, c.kept_suffix_begin);
+      keys.score(in.query.data(), 1, begin, end, block_scores.data(), 0);
+      const std::int64_t count = end - begin;
+      const float max = table.max(block_scores.data(), count);
+      scores[static_cast<std::size_t>(b)] =
+          max + std::log(table.exp_sum(block_scores.data(), count, max));
+    }
+  }
+};
+
+/// As a registered rule.
+class OracleRule final : public BlockRule {
+ public:
+  void score(const BlockScoringInput& in, const KeyRows& keys,
+             std::span<float> scores) const override {
+    OracleSelector::score(in, keys, scores);
+  }
+};
+
+inline RuleInfo oracle_rule_info() {
+  return {"oracle",
+          "the log of the block's true softmax mass (reads every key; the best any rule can do "
+          "for retained mass)",
+          {},
+          true,
+          [](const SparseConfig&) -> std::unique_ptr<BlockRule> {
+            return std::make_unique<OracleRule>();
+          }};
+}
+
+}  // namespace amc

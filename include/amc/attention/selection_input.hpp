@@ -1,0 +1,150 @@
+// What a block selector sees and writes: the candidate blocks of a step, the (scaled) queries
+// and summaries, one score per block; and KeyRows, a type-erased view of one KV head's keys for
+// rules that read keys, so that a rule is compiled once rather than per storage and view type.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <span>
+
+#include "amc/attention/block_summaries.hpp"
+#include "amc/attention/sparse_config.hpp"
+#include "amc/attention/support.hpp"
+#include "amc/kernels/kernel_table.hpp"
+#include "amc/kv_view.hpp"
+
+namespace amc {
+
+/// Blocks that may be selected: those with at least one position outside the always-kept
+/// sinks [0, kept_prefix) and window [kept_suffix_begin, positions). They form the contiguous
+/// index range [first, last); empty when sinks and window cover everything.
+struct CandidateBlocks {
+  std::int64_t first = 0;
+  std::int64_t last = 0;
+  std::int64_t kept_prefix = 0;        ///< min(sinks, positions)
+  std::int64_t kept_suffix_begin = 0;  ///< max(positions - window, kept_prefix)
+
+  std::int64_t count() const { return last - first; }
+};
+
+inline CandidateBlocks candidate_blocks(std::int64_t positions, const SparseConfig& config) {
+  CandidateBlocks c;
+  c.kept_prefix = std::min(config.sinks, positions);
+  c.kept_suffix_begin = std::max(positions - config.window, c.kept_prefix);
+  if (c.kept_prefix < c.kept_suffix_begin) {
+    c.first = c.kept_prefix / config.block_size;
+    c.last = (c.kept_suffix_begin + config.block_size - 1) / config.block_size;
+  }
+  return c;
+}
+
+/// What a selector sees for one query head.
+struct BlockScoringInput {
+  std::span<const float> query;  ///< [head_dim], already multiplied by the attention scale c
+  const BlockSummaries& summaries;
+  CandidateBlocks candidates;
+};
+
+/// What a selector that can score all heads of a group in one pass sees.
+struct GroupScoringInput {
+  const float* queries;  ///< [heads, head_dim], already multiplied by the attention scale c
+  std::int64_t heads;
+  const BlockSummaries& summaries;
+  CandidateBlocks candidates;
+};
+
+/// A block scoring rule: fills scores[b] for every candidate block b (scores has one slot per
+/// block of the summaries; slots outside the candidate range are ignored).
+template <class S, class View>
+concept BlockSelector = KvViewLike<View> &&
+    requires(const S& selector, const BlockScoringInput& input, const View& kv,
+             std::span<float> scores) {
+  { selector.score_blocks(input, kv, scores) } -> std::same_as<void>;
+};
+
+/// Support = sinks U window U the selected blocks, deduplicated and in position order.
+inline void build_support(std::int64_t positions, const SparseConfig& config,
+                          std::span<const std::int64_t> selected_blocks, Support& support) {
+  support.clear();
+  support.add(0, config.sinks, positions);
+  support.add(positions - config.window, positions, positions);
+  for (const std::int64_t b : selected_blocks) {
+    support.add(b * config.block_size, (b + 1) * config.block_size, positions);
+  }
+  support.normalize();
+}
+
+/// The keys of one KV head behind any KvViewLike view, with the storage type erased: what a
+/// rule that reads keys (the oracle, a second selection stage) needs. Holds a pointer to the
+/// view, so it lives only as long as the call it is made for.
+class KeyRows {
+ public:
+  template <KvViewLike View>
+  explicit KeyRows(const View& kv)
+      : view_(&kv),
+        positions_(kv.positions()),
+        head_dim_(kv.head_dim()),
+        storage_(storage_type_of<typename View::value_type>),
+        score_(&score_view<View>) {}
+
+  std::int64_t positions() const { return positions_; }
+  std::int64_t head_dim() const { return head_dim_; }
+  StorageType storage() const { return storage_; }
+
+  /// out[h * out_stride + (p - begin)] = <queries[h], k_p> for h < heads and p in [begin, end),
+  /// with the active kernel table (f32 arithmetic, as the operators score).
+  /// \param queries [heads, head_dim]
+  void score(const float* queries, std::int64_t heads, std::int64_t begin, std::int64_t end,
+             float* out, std::ptrdiff_t out_stride) const {
+    score_(view_, queries, heads, begin, end, out, out_stride);
+  }
+
+ private:
+  template <KvViewLike View>
+  static void score_view(const void* view, const float* queries, std::int64_t heads,
+                         std::int64_t begin, std::int64_t end, float* out,
+                         std::ptrdiff_t out_stride) {
+    using T = typename View::value_type;
+    const View& kv = *static_cast<const View*>(view);
+    const auto& table = kernels::active();
+    kv.for_each_run(begin, end,
+                    [&](const T* keys, const T*, std::int64_t first, std::int64_t rows) {
+                      table.score_rows[kernels::index_of(storage_type_of<T>)](
+                          queries, heads, kv.head_dim(), keys, kv.key_stride(), rows,
+                          out + (first - begin), out_stride);
+                    });
+  }
+
+  const void* view_;
+  std::int64_t positions_, head_dim_;
+  StorageType storage_;
+  void (*score_)(const void*, const float*, std::int64_t, std::int64_t, std::int64_t, float*,
+                 std::ptrdiff_t);
+};
+
+/// A registered block scoring rule (rule_info.hpp): the runtime-dispatched counterpart of a
+/// BlockSelector. Implementations are stateless and const, so one rule may serve every thread.
+class BlockRule {
+ public:
+  virtual ~BlockRule() = default;
+
+  /// Fills scores[b] for every candidate block b of one query head.
+  virtual void score(const BlockScoringInput& in, const KeyRows& keys,
+                     std::span<float> scores) const = 0;
+
+  /// All heads of a group: scores is [heads, blocks]. By default head by head; a rule that can
+  /// score the group in one pass over its summaries overrides it.
+  virtual void score_group(const GroupScoringInput& in, const KeyRows& keys,
+                           std::span<float> scores) const {
+    const auto blocks = static_cast<std::size_t>(in.summaries.blocks());
+    const auto head_dim = static_cast<std::size_t>(in.summaries.head_dim());
+    for (std::int64_t h = 0; h < in.heads; ++h) {
+      const BlockScoringInput head{std::span(in.queries + h * in.summaries.head_dim(), head_dim),
+                                   in.summaries, in.candidates};
+      score(head, keys, scores.subspan(static_cast<std::size_t>(h) * blocks, blocks));
+    }
+  }
+};
+
+}  // namespace amc

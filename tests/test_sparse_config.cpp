@@ -1,0 +1,270 @@
+// The selection settings' front door: the settings table, text and JSON round trips, the
+// CLI11 options, the rule registry, and adaptive selection as part of BlockSparseDecode.
+#include <CLI/CLI.hpp>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "amc/amc.hpp"
+#include "amc/attention/adaptive_selection.hpp"
+#include "amc/cli/sparse_options.hpp"
+#include "amc/io/sparse_config_json.hpp"
+#include "test_helpers.hpp"
+
+using namespace amc;
+
+namespace {
+
+/// A random valid configuration, every field drawn.
+SparseConfig random_config(std::mt19937_64& rng) {
+  auto pick = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
+  SparseConfig c;
+  c.block_size = pick(1, 256);
+  c.top_k = pick(0, 64);
+  c.sinks = pick(0, 8);
+  c.window = pick(0, 512);
+  c.scope = pick(0, 1) ? SelectionScope::per_group : SelectionScope::per_head;
+  const auto rules = registered_rules();
+  c.score = ScoreRule::named(rules[static_cast<std::size_t>(pick(0, rules.size() - 1))].name);
+  c.combine = pick(0, 1) ? GroupCombine::max : GroupCombine::sum;
+  if (pick(0, 1)) c.scale = std::uniform_real_distribution<float>(1e-3f, 4.0f)(rng);
+  if (pick(0, 1)) {
+    c.target_eps = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    if (pick(0, 1)) c.max_k = pick(0, 100);
+  }
+  return c;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const amc::error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("every configuration survives text and JSON round trips", "[config]") {
+  std::mt19937_64 rng(14);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const SparseConfig c = random_config(rng);
+    CAPTURE(to_text(c));
+    REQUIRE(parse_sparse_config(to_text(c)) == c);
+    REQUIRE(sparse_config_from_json(to_json(c)) == c);
+    REQUIRE(sparse_config_from_json(nlohmann::json::parse(to_json<nlohmann::json>(c).dump())) == c);
+  }
+  // The defaults print as the documented line.
+  REQUIRE(to_text(SparseConfig{}) ==
+          "block_size=16 top_k=8 sinks=1 window=64 scope=head score=mean combine=sum");
+  // Unnamed settings keep the base's values; commas separate as well as spaces.
+  SparseConfig base;
+  base.window = 7;
+  const SparseConfig c = parse_sparse_config("top_k=3,score=bound  scope=group", base);
+  REQUIRE(c.top_k == 3);
+  REQUIRE(c.score == ScoreRule::channel_bound);
+  REQUIRE(c.scope == SelectionScope::per_group);
+  REQUIRE(c.window == 7);
+}
+
+TEST_CASE("bad settings are refused naming the setting and the value", "[config]") {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"block_size=0", {"amc::SparseConfig", "block_size", "'0'"}},
+      {"block_size=x", {"block_size", "'x'"}},
+      {"block_size=1.5", {"block_size", "'1.5'"}},
+      {"top_k=-1", {"top_k", "'-1'"}},
+      {"sinks=-2", {"sinks", "'-2'"}},
+      {"window=", {"window", "''"}},
+      {"scope=layer", {"scope", "'head' or 'group'", "'layer'"}},
+      {"score=max", {"score", "mean|bound|oracle", "'max'"}},
+      {"combine=mean", {"combine", "'sum' or 'max'", "'mean'"}},
+      {"scale=0", {"scale", "'0'"}},
+      {"scale=inf", {"scale", "'inf'"}},
+      {"target_eps=2", {"target_eps", "[0, 1]", "'2'"}},
+      {"target_eps=nan", {"target_eps", "'nan'"}},
+      {"max_k=-1", {"max_k", "'-1'"}},
+      {"max_k=3", {"max_k needs target_eps"}},
+      {"topk=3", {"no setting 'topk'", "top_k"}},
+      {"top_k", {"expected name=value", "'top_k'"}},
+  };
+  for (const auto& [text, words] : cases) {
+    const std::string message = message_of([&] { parse_sparse_config(text); });
+    CAPTURE(text, message);
+    for (const std::string& word : words) CHECK(message.find(word) != std::string::npos);
+  }
+  // JSON: wrong types and unknown keys.
+  using nlohmann::json;
+  CHECK(message_of([] {
+          sparse_config_from_json(json{{"top_k", "3"}});
+        }).find("top_k must be a number") != std::string::npos);
+  CHECK(message_of([] {
+          sparse_config_from_json(json{{"top_k", 2.5}});
+        }).find("top_k must be an integer") != std::string::npos);
+  CHECK(message_of([] {
+          sparse_config_from_json(json{{"scope", 1}});
+        }).find("scope must be a string") != std::string::npos);
+  CHECK(message_of([] {
+          sparse_config_from_json(json{{"block_size", nullptr}});
+        }).find("block_size cannot be null") != std::string::npos);
+  CHECK(message_of([] { sparse_config_from_json(json::array()); }).find("expected a JSON object") !=
+        std::string::npos);
+  // null clears an optional setting.
+  SparseConfig adaptive;
+  adaptive.target_eps = 0.1;
+  CHECK_FALSE(sparse_config_from_json(json{{"target_eps", nullptr}}, adaptive).target_eps);
+}
+
+TEST_CASE("the command-line options come from the table, with its names and errors", "[config]") {
+  auto parse = [](std::vector<std::string> args, std::initializer_list<std::string_view> omit) {
+    CLI::App app;
+    cli::SparseOptions options(app, SparseConfig{}, omit);
+    std::vector<const char*> argv{"tool"};
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    app.parse(static_cast<int>(argv.size()), argv.data());
+    return options.config();
+  };
+  const SparseConfig c =
+      parse({"--block-size", "32", "--top-k", "2", "--score", "oracle", "--scope", "group",
+             "--combine", "max", "--target-eps", "0.05", "--max-k", "9", "--scale", "0.5"},
+            {});
+  SparseConfig expected;
+  expected.block_size = 32;
+  expected.top_k = 2;
+  expected.score = ScoreRule::oracle;
+  expected.scope = SelectionScope::per_group;
+  expected.combine = GroupCombine::max;
+  expected.target_eps = 0.05;
+  expected.max_k = 9;
+  expected.scale = 0.5f;
+  REQUIRE(c == expected);
+  REQUIRE(parse({}, {}) == SparseConfig{});  // nothing given: the defaults
+  // Errors are the settings' own.
+  CHECK(message_of([&] {
+          parse({"--scope", "layer"}, {});
+        }).find("scope must be 'head' or 'group'") != std::string::npos);
+  // An omitted setting is no option at all.
+  REQUIRE_THROWS_AS(parse({"--top-k", "3"}, {"top_k"}), CLI::ParseError);
+  // Every setting has its flag.
+  CLI::App app;
+  cli::SparseOptions options(app, SparseConfig{});
+  for (const SparseSetting& s : sparse_settings())
+    CHECK(app.get_option(cli::flag_of(s.name)) != nullptr);
+  // Only some.
+  CLI::App small;
+  cli::SparseOptions two(small, SparseConfig{}, cli::SparseOptions::Only{{"sinks", "window"}});
+  CHECK(small.get_options().size() == 3);  // --help, --sinks, --window
+}
+
+TEST_CASE("the rule registry: names, needs, and each rule as its selector scores", "[config]") {
+  std::vector<std::string> names;
+  for (const RuleInfo& r : registered_rules()) names.emplace_back(r.name);
+  REQUIRE(names == std::vector<std::string>{"mean", "bound", "oracle"});
+  REQUIRE(ScoreRule::named("bound") == ScoreRule::channel_bound);
+  CHECK(message_of([] {
+          find_rule("quest");
+        }).find("no score rule 'quest' (rules: mean, bound, oracle)") != std::string::npos);
+  CHECK(required_summaries(SparseConfig{}).channel_bounds == false);
+  SparseConfig bound;
+  bound.score = ScoreRule::channel_bound;
+  CHECK(required_summaries(bound).channel_bounds);
+  CHECK_FALSE(required_summaries(bound).value_norms);
+  SparseConfig adaptive;
+  adaptive.target_eps = 0.1;
+  CHECK(required_summaries(adaptive).channel_bounds);
+  CHECK(required_summaries(adaptive).value_norms);
+
+  // RuleSelector (the registry's rules behind type-erased keys) scores exactly as the
+  // template selectors do, on every storage type.
+  constexpr std::int64_t n = 300, d = 16;
+  const auto keys = test::random_floats(n * d);
+  const auto bf = test::to_storage<bf16>(keys);
+  const KvView<bf16> kv(bf.data(), bf.data(), n, d);
+  const auto summaries = BlockSummaries::build(kv, 8, {.channel_bounds = true});
+  const auto q = test::random_floats(d);
+  SparseConfig config;
+  config.block_size = 8;
+  const CandidateBlocks candidates = candidate_blocks(n, config);
+  const BlockScoringInput input{q, summaries, candidates};
+  const auto blocks = static_cast<std::size_t>(summaries.blocks());
+  auto run = [&](const auto& selector) {
+    std::vector<float> scores(blocks, -1.0f);
+    selector.score_blocks(input, kv, std::span<float>(scores));
+    return scores;
+  };
+  for (const ScoreRule rule :
+       {ScoreRule::mean_pooled, ScoreRule::channel_bound, ScoreRule::oracle}) {
+    config.score = rule;
+    const std::vector<float> got = run(RuleSelector(config));
+    const std::vector<float> expected = rule == ScoreRule::mean_pooled ? run(MeanPooledSelector{})
+                                        : rule == ScoreRule::channel_bound
+                                            ? run(ChannelBoundSelector{})
+                                            : run(OracleSelector{});
+    CAPTURE(rule.name());
+    REQUIRE(got == expected);
+  }
+}
+
+TEST_CASE("adaptive selection runs inside BlockSparseDecode, per head and per group", "[config]") {
+  constexpr std::int64_t n = 400, d = 8, heads = 3;
+  const auto keys = test::random_floats(n * d, 2.0f);
+  const auto values = test::random_floats(n * d);
+  const KvView<float> kv(keys.data(), values.data(), n, d);
+  SparseConfig config;
+  config.block_size = 16;
+  config.sinks = 1;
+  config.window = 16;
+  config.target_eps = 0.05;
+  const auto summaries = BlockSummaries::build(kv, 16, required_summaries(config));
+  const auto q = test::random_floats(heads * d);
+  const Eigen::Map<const RowMatrix> queries(q.data(), heads, d);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  for (const auto scope : {SelectionScope::per_head, SelectionScope::per_group}) {
+    config.scope = scope;
+    BlockSparseDecode<> sparse(config);
+    RowMatrix out(heads, d);
+    std::vector<HeadResult> results(heads);
+    sparse.decode(queries, KvHead<KvView<float>>{kv, &summaries}, out, results);
+    std::int64_t largest = 0;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      // Each head's own search, as adaptive_select runs it on the operator's ranking.
+      const std::span<const float> ranking =
+          scope == SelectionScope::per_head
+              ? sparse.block_scores().subspan(static_cast<std::size_t>(h * summaries.blocks()),
+                                              static_cast<std::size_t>(summaries.blocks()))
+              : std::span<const float>();
+      if (scope == SelectionScope::per_head) {
+        const AdaptiveSelection a =
+            adaptive_select(std::span<const float>(q.data() + h * d, d), scale, kv, summaries,
+                            config, ranking, 0.05, summaries.blocks());
+        REQUIRE(sparse.needed_k(h) == a.needed_k);
+        REQUIRE(sparse.support(h).ranges().size() == a.support.ranges().size());
+        REQUIRE(std::vector<std::int64_t>(sparse.selected_blocks(h).begin(),
+                                          sparse.selected_blocks(h).end()) == a.blocks);
+      }
+      REQUIRE(sparse.target_met(h));
+      REQUIRE(sparse.omitted_mass_bound(h) <= 0.05);
+      REQUIRE(results[static_cast<std::size_t>(h)].positions_read == sparse.support(h).size());
+      largest = std::max(largest, sparse.needed_k(h));
+    }
+    if (scope == SelectionScope::per_group) {
+      for (std::int64_t h = 0; h < heads; ++h) REQUIRE(sparse.needed_k(h) == largest);
+    }
+  }
+  // Summaries without value norms are refused with the reason.
+  const auto means = BlockSummaries::build(kv, 16);
+  BlockSparseDecode<> sparse(config);
+  RowMatrix out(heads, d);
+  std::vector<HeadResult> results(heads);
+  CHECK(message_of([&] {
+          sparse.decode(queries, KvHead<KvView<float>>{kv, &means}, out, results);
+        }).find("channel_bounds and value_norms") != std::string::npos);
+  // needed_k() is only for adaptive selection.
+  SparseConfig top_k;
+  BlockSparseDecode<> plain(top_k);
+  CHECK(message_of([&] { static_cast<void>(plain.needed_k(0)); }).find("no adaptive selection") !=
+        std::string::npos);
+}
