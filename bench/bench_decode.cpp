@@ -82,6 +82,7 @@ struct KvRing {
   std::unique_ptr<HugeBuffer<T>> keys_buffer, values_buffer;  // [copies, positions, head_dim]
   std::vector<BlockSummaries> summaries;
   std::vector<Support> supports;  // per copy, what selection picks (see selected_supports)
+  std::vector<BlockSummaries> sub_block_summaries;  // per copy, with sub-block means (lazily)
   std::int64_t next = 0;
 
   explicit KvRing(std::int64_t n) : positions(n) {
@@ -113,6 +114,19 @@ struct KvRing {
   std::int64_t advance() {
     next = (next + 1) % copies;
     return next;
+  }
+
+  /// The summaries `config`'s rule reads for copy c.
+  const BlockSummaries& summaries_for(const SparseConfig& config, std::int64_t c) {
+    const SummaryOptions needed = required_summaries(config);
+    if (needed.sub_blocks == 0) return summaries[static_cast<std::size_t>(c)];
+    if (sub_block_summaries.empty() ||
+        sub_block_summaries[0].options().sub_blocks != needed.sub_blocks) {
+      sub_block_summaries.clear();
+      for (std::int64_t i = 0; i < copies; ++i)
+        sub_block_summaries.push_back(BlockSummaries::build(view(i), 32, needed));
+    }
+    return sub_block_summaries[static_cast<std::size_t>(c)];
   }
 };
 
@@ -238,6 +252,56 @@ void BM_Select(benchmark::State& state) {
   });
   state.SetBytesProcessed(state.iterations() * kv.summaries[0].blocks() * kHeadDim * 4);
   state.counters["blocks_scored"] = static_cast<double>(kv.summaries[0].blocks());
+}
+
+/// The rules BM_RuleSparseDecode and BM_RuleSelect compare (issue 16), by their argument.
+const ScoreRule kComparedRules[] = {ScoreRule::mean_pooled, ScoreRule::two_stage,
+                                    ScoreRule::sub_block_means};
+
+SparseConfig rule_config(std::int64_t rule) {
+  SparseConfig c = sparse_config();
+  c.score = kComparedRules[rule];
+  return c;
+}
+
+/// BM_SparseDecode with the rule kComparedRules[range(1)] (bf16, cold, the same settings).
+void BM_RuleSparseDecode(benchmark::State& state) {
+  auto& kv = ring<bf16>(state.range(0));
+  const SparseConfig config = rule_config(state.range(1));
+  const RowMatrix queries = group_queries();
+  RowMatrix out(kGroupHeads, kHeadDim);
+  std::vector<HeadResult> results(kGroupHeads);
+  BlockSparseDecode<> sparse(config);
+  static_cast<void>(kv.summaries_for(config, 0));  // built before timing
+  std::int64_t positions = 0;
+  cold_iterations(state, [&] {
+    const std::int64_t c = kv.advance();
+    sparse.decode(queries, KvHead<KvView<bf16>>{kv.view(c), &kv.summaries_for(config, c)}, out,
+                  results);
+    benchmark::DoNotOptimize(out.data());
+    positions += results[0].positions_read;
+  });
+  state.SetLabel(std::string(config.score.name()));
+  state.counters["positions_read"] =
+      static_cast<double>(positions) / static_cast<double>(state.iterations());
+  state.counters["summary_bytes_per_position"] =
+      static_cast<double>(kv.summaries_for(config, 0).memory_bytes()) /
+      static_cast<double>(kv.positions);
+}
+
+/// BM_Select with the rule kComparedRules[range(1)].
+void BM_RuleSelect(benchmark::State& state) {
+  auto& kv = ring<bf16>(state.range(0));
+  const SparseConfig config = rule_config(state.range(1));
+  const RowMatrix queries = group_queries();
+  BlockSparseDecode<> sparse(config);
+  static_cast<void>(kv.summaries_for(config, 0));
+  cold_iterations(state, [&] {
+    const std::int64_t c = kv.advance();
+    sparse.select(queries, KvHead<KvView<bf16>>{kv.view(c), &kv.summaries_for(config, c)});
+    benchmark::DoNotOptimize(sparse.selected_blocks(0).data());
+  });
+  state.SetLabel(std::string(config.score.name()));
 }
 
 /// The support that BM_SparseDecode's selection picks on each copy of the ring, computed once.
@@ -483,6 +547,20 @@ void register_contexts(const std::string& suffix) {
           ->Iterations(kColdIterations)
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
+    }
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (n != 16384 && n != 131072) continue;
+      for (auto [name, fn] : {std::pair{"BM_RuleSparseDecode", &BM_RuleSparseDecode},
+                              std::pair{"BM_RuleSelect", &BM_RuleSelect}}) {
+        for (std::int64_t rule = 0; rule < std::ssize(kComparedRules); ++rule) {
+          benchmark::RegisterBenchmark(name, fn)
+              ->Args({n, rule})
+              ->ArgNames({"", "rule"})
+              ->Iterations(kColdIterations)
+              ->UseManualTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
+      }
     }
   }
 }

@@ -6,6 +6,8 @@
 #include "amc/attention/rules/channel_bound.hpp"
 #include "amc/attention/rules/mean_pooled.hpp"
 #include "amc/attention/rules/oracle.hpp"
+#include "amc/attention/rules/sub_block_means.hpp"
+#include "amc/attention/rules/two_stage.hpp"
 #include "amc/error.hpp"
 
 namespace amc {
@@ -13,9 +15,8 @@ namespace amc {
 std::span<const RuleInfo> registered_rules() {
   // A function-local static: safe to use from other translation units' static initialisers.
   static const RuleInfo kRules[] = {
-      mean_pooled_rule_info(),
-      channel_bound_rule_info(),
-      oracle_rule_info(),
+      mean_pooled_rule_info(), channel_bound_rule_info(),   oracle_rule_info(),
+      two_stage_rule_info(),   sub_block_means_rule_info(),
   };
   return kRules;
 }

@@ -207,8 +207,9 @@ TEST_CASE("operators reject mismatched inputs", "[errors]") {
       {"summaries cover 100 positions", "KV view has 120"});
   config.score = ScoreRule::channel_bound;  // needs channel bounds the summaries do not have
   BlockSparseDecode<> bound(config);
-  require_error([&] { bound.decode(queries, head, out, results); },
-                {"channel_min", "channel_bounds"});
+  require_error(
+      [&] { bound.decode(queries, head, out, results); },
+      {"score bound reads summaries with channel_bounds=1", "built with channel_bounds=0"});
   Support beyond;
   beyond.add(90, 110, 200);
   beyond.normalize();

@@ -34,6 +34,16 @@ SparseConfig random_config(std::mt19937_64& rng) {
   if (pick(0, 1)) {
     c.target_eps = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
     if (pick(0, 1)) c.max_k = pick(0, 100);
+  } else if (pick(0, 1)) {
+    c.top_p = std::uniform_real_distribution<double>(1e-6, 1.0)(rng);
+  }
+  if (pick(0, 1)) c.shortlist = pick(1, 64);
+  if (c.score == ScoreRule::sub_block_means || pick(0, 1)) {
+    // A divisor of block_size (what the sub-block-means rule requires).
+    std::vector<std::int64_t> divisors;
+    for (std::int64_t d = 1; d <= c.block_size; ++d)
+      if (c.block_size % d == 0) divisors.push_back(d);
+    c.sub_blocks = divisors[static_cast<std::size_t>(pick(0, divisors.size() - 1))];
   }
   return c;
 }
@@ -88,6 +98,13 @@ TEST_CASE("bad settings are refused naming the setting and the value", "[config]
       {"target_eps=nan", {"target_eps", "'nan'"}},
       {"max_k=-1", {"max_k", "'-1'"}},
       {"max_k=3", {"max_k needs target_eps"}},
+      {"top_p=0", {"top_p", "(0, 1]", "'0'"}},
+      {"top_p=1.5", {"top_p", "'1.5'"}},
+      {"top_p=0.9 target_eps=0.1", {"top_p and target_eps", "set one"}},
+      {"shortlist=0", {"shortlist", "an integer >= 1", "'0'"}},
+      {"sub_blocks=0", {"sub_blocks", "an integer >= 1", "'0'"}},
+      {"score=submean sub_blocks=3", {"score submean keeps 3 sub-blocks", "block_size 16"}},
+      {"score=submean block_size=6", {"score submean keeps 4 sub-blocks", "block_size 6"}},
       {"topk=3", {"no setting 'topk'", "top_k"}},
       {"top_k", {"expected name=value", "'top_k'"}},
   };
@@ -162,11 +179,12 @@ TEST_CASE("the command-line options come from the table, with its names and erro
 TEST_CASE("the rule registry: names, needs, and each rule as its selector scores", "[config]") {
   std::vector<std::string> names;
   for (const RuleInfo& r : registered_rules()) names.emplace_back(r.name);
-  REQUIRE(names == std::vector<std::string>{"mean", "bound", "oracle"});
+  REQUIRE(names == std::vector<std::string>{"mean", "bound", "oracle", "twostage", "submean"});
   REQUIRE(ScoreRule::named("bound") == ScoreRule::channel_bound);
   CHECK(message_of([] {
           find_rule("quest");
-        }).find("no score rule 'quest' (rules: mean, bound, oracle)") != std::string::npos);
+        }).find("no score rule 'quest' (rules: mean, bound, oracle, twostage, submean)") !=
+        std::string::npos);
   CHECK(required_summaries(SparseConfig{}).channel_bounds == false);
   SparseConfig bound;
   bound.score = ScoreRule::channel_bound;
@@ -176,6 +194,12 @@ TEST_CASE("the rule registry: names, needs, and each rule as its selector scores
   adaptive.target_eps = 0.1;
   CHECK(required_summaries(adaptive).channel_bounds);
   CHECK(required_summaries(adaptive).value_norms);
+  SparseConfig sub;
+  sub.score = ScoreRule::sub_block_means;
+  CHECK(required_summaries(sub).sub_blocks == 4);
+  sub.sub_blocks = 8;
+  CHECK(required_summaries(sub).sub_blocks == 8);
+  CHECK(required_summaries(SparseConfig{}).sub_blocks == 0);
 
   // RuleSelector (the registry's rules behind type-erased keys) scores exactly as the
   // template selectors do, on every storage type.
@@ -183,7 +207,7 @@ TEST_CASE("the rule registry: names, needs, and each rule as its selector scores
   const auto keys = test::random_floats(n * d);
   const auto bf = test::to_storage<bf16>(keys);
   const KvView<bf16> kv(bf.data(), bf.data(), n, d);
-  const auto summaries = BlockSummaries::build(kv, 8, {.channel_bounds = true});
+  const auto summaries = BlockSummaries::build(kv, 8, {.channel_bounds = true, .sub_blocks = 4});
   const auto q = test::random_floats(d);
   SparseConfig config;
   config.block_size = 8;
@@ -195,14 +219,15 @@ TEST_CASE("the rule registry: names, needs, and each rule as its selector scores
     selector.score_blocks(input, kv, std::span<float>(scores));
     return scores;
   };
-  for (const ScoreRule rule :
-       {ScoreRule::mean_pooled, ScoreRule::channel_bound, ScoreRule::oracle}) {
+  for (const ScoreRule rule : {ScoreRule::mean_pooled, ScoreRule::channel_bound, ScoreRule::oracle,
+                               ScoreRule::sub_block_means}) {
     config.score = rule;
     const std::vector<float> got = run(RuleSelector(config));
     const std::vector<float> expected = rule == ScoreRule::mean_pooled ? run(MeanPooledSelector{})
                                         : rule == ScoreRule::channel_bound
                                             ? run(ChannelBoundSelector{})
-                                            : run(OracleSelector{});
+                                        : rule == ScoreRule::oracle ? run(OracleSelector{})
+                                                                    : run(SubBlockMeansSelector{});
     CAPTURE(rule.name());
     REQUIRE(got == expected);
   }
@@ -261,7 +286,8 @@ TEST_CASE("adaptive selection runs inside BlockSparseDecode, per head and per gr
   std::vector<HeadResult> results(heads);
   CHECK(message_of([&] {
           sparse.decode(queries, KvHead<KvView<float>>{kv, &means}, out, results);
-        }).find("channel_bounds and value_norms") != std::string::npos);
+        }).find("with target_eps reads summaries with channel_bounds=1 value_norms=1") !=
+        std::string::npos);
   // needed_k() is only for adaptive selection.
   SparseConfig top_k;
   BlockSparseDecode<> plain(top_k);

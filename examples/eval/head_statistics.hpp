@@ -23,6 +23,9 @@ struct HeadStatistics {
   // |selected blocks ∩ oracle's top-k blocks| / |oracle's top-k|; 1 when the oracle has no
   // block to choose (sinks and window cover the context).
   std::vector<double> recall_sum, recall_min;
+  // Positions read (sinks, window and selected blocks: the support actually used, which top-p
+  // budgets vary).
+  std::vector<double> support_sum;
   /// Steps observed per entry: `steps`, less the steps where the head's result was not finite.
   std::vector<std::int64_t> count;
 
@@ -39,6 +42,7 @@ struct HeadStatistics {
     relative_error_sum.assign(n, 0.0);
     recall_sum.assign(n, 0.0);
     recall_min.assign(n, inf);
+    support_sum.assign(n, 0.0);
     count.assign(n, 0);
   }
 

@@ -99,6 +99,7 @@ void LayerProbe::observe(const qwen2::LayerAttention& a, const qwen2::KvCache& c
     stats_.relative_error_sum[i] += dense_norm > kTinyNorm ? error / dense_norm : 0.0;
     stats_.recall_sum[i] += recall_[hi];
     stats_.recall_min[i] = std::min(stats_.recall_min[i], recall_[hi]);
+    stats_.support_sum[i] += static_cast<double>(sparse.positions_read);
     ++stats_.count[i];
   }
 }

@@ -85,6 +85,8 @@ RetrievalProbeOptions retrieval_options_from_flags(const RetrievalFlags& flags) 
   options.head_dim = parse_number<std::int64_t>(flags.head_dim, "--head-dim");
   options.sinks = flags.sparse.sinks;
   options.window = flags.sparse.window;
+  options.shortlist = flags.sparse.shortlist;
+  options.sub_blocks = flags.sparse.sub_blocks;
   options.validate();
   AMC_CHECK(!flags.out.empty(), kWhere, "--out: the output directory must not be empty");
   return options;
@@ -113,8 +115,9 @@ void add_retrieval_command(CLI::App& app, std::function<int()>& run) {
          "needle score minus the largest distractor score (scores q.k/sqrt(d))");
   option("--seed", flags->seed, "UINT", "random seed");
   option("--head-dim", flags->head_dim, "INT", "channels per key");
-  auto sparse = std::make_shared<cli::SparseOptions>(*command, SparseConfig{},
-                                                     cli::SparseOptions::Only{{"sinks", "window"}});
+  auto sparse = std::make_shared<cli::SparseOptions>(
+      *command, SparseConfig{},
+      cli::SparseOptions::Only{{"sinks", "window", "shortlist", "sub_blocks"}});
   command->add_option("--out", flags->out, "output directory (created if missing)")
       ->type_name("DIR")
       ->required();

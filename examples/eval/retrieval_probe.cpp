@@ -291,6 +291,8 @@ std::vector<RetrievalProbeResult> run_retrieval_probe(const RetrievalProbeOption
         config.top_k = k;
         config.sinks = options.sinks;
         config.window = options.window;
+        config.shortlist = options.shortlist;
+        config.sub_blocks = options.sub_blocks;
         config.score = s;
         operators.emplace_back(config);
       }
@@ -302,6 +304,7 @@ std::vector<RetrievalProbeResult> run_retrieval_probe(const RetrievalProbeOption
     const SummaryOptions need = required_summaries(op.config());
     summary_options.channel_bounds = summary_options.channel_bounds || need.channel_bounds;
     summary_options.value_norms = summary_options.value_norms || need.value_norms;
+    summary_options.sub_blocks = std::max(summary_options.sub_blocks, need.sub_blocks);
   }
   DenseDecode dense;
   const std::int64_t d = options.head_dim;

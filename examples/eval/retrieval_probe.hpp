@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "amc/attention/sparse_config.hpp"
@@ -34,6 +35,9 @@ struct RetrievalProbeOptions {
   std::uint64_t seed = 1;    ///< --seed
   std::int64_t sinks = 1;    ///< --sinks: first positions always kept
   std::int64_t window = 64;  ///< --window: last positions always kept
+  /// --shortlist and --sub-blocks: the two-stage and sub-block-means rules' settings (unset:
+  /// the library's defaults, SparseConfig).
+  std::optional<std::int64_t> shortlist, sub_blocks;
   /// --selectors: mean (the method), bound (channel bound, Quest-style), oracle (true mass).
   std::vector<ScoreRule> selectors{ScoreRule::mean_pooled, ScoreRule::channel_bound,
                                    ScoreRule::oracle};

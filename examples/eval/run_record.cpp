@@ -80,6 +80,7 @@ Json make_run_record(const Json& settings, const RunKey& key, const DenseReferen
     r["relative_error_mean"] = s.mean_of(s.relative_error_sum);
     r["recall_mean"] = s.mean_of(s.recall_sum);
     r["recall_min"] = minimum(s, s.recall_min);
+    r["support_read_mean"] = s.mean_of(s.support_sum);
     r["per_head"] = Json{
         {"over", "decode steps 1..T-1 of the teacher-forced pass; [layers][heads]"},
         {"steps", s.steps},
@@ -92,6 +93,7 @@ Json make_run_record(const Json& settings, const RunKey& key, const DenseReferen
         {"relative_error_mean", table(s, s.relative_error_sum, true)},
         {"recall_mean", table(s, s.recall_sum, true)},
         {"recall_min", table(s, s.recall_min, false)},
+        {"support_read_mean", table(s, s.support_sum, true)},
     };
   } else {
     // The dense control reads every position: nothing omitted, nothing selected.
@@ -101,6 +103,7 @@ Json make_run_record(const Json& settings, const RunKey& key, const DenseReferen
     r["relative_error_mean"] = 0.0;
     r["recall_mean"] = nullptr;
     r["recall_min"] = nullptr;
+    r["support_read_mean"] = nullptr;
     r["per_head"] = nullptr;
   }
 

@@ -37,13 +37,15 @@ std::vector<SummaryRow> summarize(const std::vector<Json>& records) {
     row.support = key.second;
     row.k = runs.front()->at("k").get<std::int64_t>();
     row.runs = static_cast<std::int64_t>(runs.size());
-    std::vector<double> divergence, change, match, mass;
+    std::vector<double> divergence, change, match, mass, support;
     for (const Json* r : runs) {
       row.exact_match_runs += r->at("exact_match").get<bool>() ? 1 : 0;
       divergence.push_back(r->at("first_divergence").get<double>());
       change.push_back(r->at("ppl_change_pct").get<double>());
       match.push_back(r->at("tf_match_pct").get<double>());
       mass.push_back(r->at("retained_mass_mean").get<double>());
+      const Json& read = r->value("support_read_mean", Json(nullptr));  // null: dense control
+      if (read.is_number()) support.push_back(read.get<double>());
     }
     row.median_first_divergence = median(divergence);
     row.median_ppl_change_pct = median(change);
@@ -51,6 +53,11 @@ std::vector<SummaryRow> summarize(const std::vector<Json>& records) {
     row.max_ppl_change_pct = *std::max_element(change.begin(), change.end());
     row.median_tf_match_pct = median(match);
     row.median_retained_mass = median(mass);
+    if (!support.empty()) {
+      double sum = 0.0;
+      for (const double x : support) sum += x;
+      row.mean_support_read = sum / static_cast<double>(support.size());
+    }
     rows.push_back(row);
   }
   return rows;
@@ -59,12 +66,14 @@ std::vector<SummaryRow> summarize(const std::vector<Json>& records) {
 std::string summary_csv(const std::vector<SummaryRow>& rows) {
   std::ostringstream s;
   s << "context,support,k,runs,exact_match_runs,median_first_divergence,median_ppl_change_pct,"
-       "min_ppl_change_pct,max_ppl_change_pct,median_tf_match_pct,median_retained_mass\n";
+       "min_ppl_change_pct,max_ppl_change_pct,median_tf_match_pct,median_retained_mass,"
+       "mean_support_read\n";
   for (const SummaryRow& r : rows) {
     s << r.context << ',' << r.support << ',' << r.k << ',' << r.runs << ',' << r.exact_match_runs
       << ',' << number(r.median_first_divergence) << ',' << number(r.median_ppl_change_pct) << ','
       << number(r.min_ppl_change_pct) << ',' << number(r.max_ppl_change_pct) << ','
-      << number(r.median_tf_match_pct) << ',' << number(r.median_retained_mass) << '\n';
+      << number(r.median_tf_match_pct) << ',' << number(r.median_retained_mass) << ','
+      << (r.mean_support_read ? number(*r.mean_support_read) : "") << '\n';
   }
   return s.str();
 }
@@ -88,15 +97,15 @@ std::string summary_markdown(const std::vector<SummaryRow>& rows, const std::vec
     << " positions ranked highest by the '" << c.value("score", std::string())
     << "' rule (support = sinks + window + k x block size).\n\n";
   s << "| Context | Support (k) | Runs | Exact match | Median first divergence | Median PPL "
-       "change | PPL change range | Median TF match | Median retained mass |\n";
-  s << "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+       "change | PPL change range | Median TF match | Median retained mass | Mean support read |\n";
+  s << "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const SummaryRow& r : rows) {
     s << "| " << r.context << " | " << r.support << " (" << r.k << ") | " << r.runs << " | "
       << r.exact_match_runs << "/" << r.runs << " | " << fixed(r.median_first_divergence, 1)
       << " | " << fixed(r.median_ppl_change_pct, 1, true) << "% | "
       << fixed(r.min_ppl_change_pct, 1, true) << "% to " << fixed(r.max_ppl_change_pct, 1, true)
       << "% | " << fixed(r.median_tf_match_pct, 1) << "% | " << fixed(r.median_retained_mass, 4)
-      << " |\n";
+      << " | " << (r.mean_support_read ? fixed(*r.mean_support_read, 1) : "-") << " |\n";
   }
   s << "\n**Perplexity is teacher-forced on the dense continuation**: the dense model's own "
        "greedy continuation is fed through the sparse model and its perplexity compared with "
@@ -112,6 +121,9 @@ std::string summary_markdown(const std::vector<SummaryRow>& rows, const std::vec
     << " teacher-forced steps whose sparse argmax is the dense token.\n"
     << "- *Retained mass*: exp(L_S - L_all), the softmax mass the support kept, averaged over "
        "the teacher-forced decode steps, layers and heads of a run; the median over runs.\n"
+    << "- *Mean support read*: positions each head read per step (sinks, window and selected "
+       "blocks; less than the support when blocks overlap the window or a top-p budget stops "
+       "early), averaged over steps, layers, heads and runs.\n"
     << "- Medians of an even number of runs are the mean of the two middle runs.\n\n";
 
   // The reference study's observation, checked on these runs.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@ struct SummaryRow {
   double max_ppl_change_pct = 0.0;
   double median_tf_match_pct = 0.0;
   double median_retained_mass = 0.0;  ///< median over runs of retained_mass_mean
+  /// Mean over runs of support_read_mean; nullopt for the dense control.
+  std::optional<double> mean_support_read;
 };
 
 /// The median; of an even count, the mean of the two middle values. Requires a non-empty input.

@@ -172,8 +172,7 @@ struct Session::Impl {
     const KvCacheOptions wanted = cache_options(next);  // validates before anything changes
     const KvCacheOptions& held = cache.options();
     if (attention == AttentionMode::sparse &&
-        (held.block_size != wanted.block_size ||
-         (wanted.summaries.channel_bounds && !held.summaries.channel_bounds))) {
+        (held.block_size != wanted.block_size || !held.summaries.covers(wanted.summaries))) {
       cache.set_summaries(wanted.block_size, wanted.summaries);
     }
     options = next;

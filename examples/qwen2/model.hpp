@@ -47,8 +47,8 @@ struct SessionOptions {
   /// Decode attention; prefill is always dense.
   AttentionMode attention = AttentionMode::dense;
   /// The block-sparse configuration (attention == sparse): block size, k, sinks, window, scope
-  /// (per head or per group) and score rule (mean, bound, oracle). Selection is fresh at every
-  /// decode step, layer and head.
+  /// (per head or per group) and score rule (mean, bound, oracle, twostage, submean). Selection is
+  /// fresh at every decode step, layer and head.
   SparseConfig sparse;
   /// Threads for everything, the caller included (capped at the hardware's). Results are
   /// identical for every count.

@@ -41,7 +41,7 @@ from tool_test import check, check_refusal, report, run  # noqa: E402
 
 CSV_COLUMNS = ("context,support,k,runs,exact_match_runs,median_first_divergence,"
                "median_ppl_change_pct,min_ppl_change_pct,max_ppl_change_pct,median_tf_match_pct,"
-               "median_retained_mass")
+               "median_retained_mass,mean_support_read")
 
 
 def read_runs(out):
@@ -91,6 +91,12 @@ def expected_summary(records):
             "median_tf_match_pct": statistics.median(m for _, _, _, m in runs),
             "median_retained_mass": statistics.median(r["retained_mass_mean"] for r, _, _, _ in runs),
         }
+        read = [r["support_read_mean"] for r, _, _, _ in runs if r["support_read_mean"] is not None]
+        for r, _, _, _ in runs:  # positions read: never more than the support, nor the context
+            if r["support_read_mean"] is not None:
+                check(0 < r["support_read_mean"] <= min(r["support"], r["context"] + 128) + 1e-9,
+                      f"support_read_mean {r['support_read_mean']} for support {r['support']}")
+        rows[(context, support)]["mean_support_read"] = statistics.fmean(read) if read else None
     return rows
 
 
@@ -105,6 +111,9 @@ def check_summary(out, records):
         if not check(want is not None, f"summary.csv row {key} has no runs"):
             continue
         for column, value in want.items():
+            if value is None:  # the dense control selects nothing: an empty cell
+                check(row[column] == "", f"summary.csv {key} {column}: {row[column]!r}, expected ''")
+                continue
             got = float(row[column])
             check(close(got, float(value), 1e-9), f"summary.csv {key} {column}: {got}, expected {value}")
     return rows

@@ -1,7 +1,7 @@
 // amc-bounds: omitted-mass analysis of one decode step, offline, from dumped attention inputs.
 //
 //   amc-bounds INPUT.safetensors [--block-size B] [--top-k K] [--sinks S] [--window W]
-//              [--scope head|group] [--combine sum|max] [--score mean|bound|oracle]
+//              [--scope head|group] [--combine sum|max] [--score mean|bound|oracle|twostage|submean]
 //              [--target-eps E [--max-k K]]
 //              [--scale C] [--json]
 //
@@ -60,7 +60,8 @@ int run(const Options& options) {
   // The operators' own pipeline: top-k or (with --target-eps) adaptive selection, per head or
   // per group, then attention over what was selected. The tool only reads what they chose.
   BlockSparseDecode<> sparse(config);
-  const SummaryOptions summary_options{.channel_bounds = true, .value_norms = true};
+  SummaryOptions summary_options = required_summaries(config);  // what the rule reads
+  summary_options.channel_bounds = summary_options.value_norms = true;  // certified bounds
   for (std::int64_t g = 0; g < in.kv_heads; ++g) {
     const KvView<float> kv(in.k.data() + g * n * d, in.v.data() + g * n * d, n, d);
     const auto summaries = BlockSummaries::build(kv, config.block_size, summary_options);

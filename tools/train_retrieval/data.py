@@ -31,6 +31,8 @@ SYLLABLES = [b"get", b"set", b"max", b"min", b"path", b"name", b"size", b"data",
              b"token", b"user", b"time", b"mode", b"flag", b"list", b"table", b"port",
              b"host", b"text", b"code", b"level", b"limit", b"offset", b"state"]
 RESERVED_NAMES = {b"PASSKEY"}  # the probe's name stays unseen
+ALL_BYTES = bytes(range(256))
+PURE_COPY_ALPHABETS = [ALL_BYTES, PRINTABLE, LETTERS]
 
 
 def randint(generator, low, high):
@@ -158,7 +160,10 @@ def pure_copies(length, generator):
             text = seen[randint(generator, 0, len(seen))]
             w = [0.0] + [1.0] * (len(text) - 1)
         else:
-            alphabet = LETTERS if randint(generator, 0, 2) else PRINTABLE
+            # Every byte value as well as letters and printable text: with 256 symbols one
+            # byte nearly identifies a position, so matching one byte is enough to copy, which
+            # is where induction heads form first (EXPERIMENTS.md); letters need longer matches.
+            alphabet = PURE_COPY_ALPHABETS[randint(generator, 0, len(PURE_COPY_ALPHABETS))]
             text = random_bytes(generator, alphabet, randint(generator, 8, 65))
             seen.append(text)
             w = [0.0] * len(text)

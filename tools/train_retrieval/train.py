@@ -209,8 +209,8 @@ def main():
     parser.add_argument("--state", type=Path, required=True,
                         help="folder for the training state (state.pt) and loss_curve.csv")
     parser.add_argument("--export", type=Path, help="write the checkpoint folder and exit")
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--eval-every", type=int, default=50)

@@ -4,11 +4,16 @@
 // partial. For each block b the summaries hold, as f32 rows of [blocks, head_dim]:
 //   mean key kbar_b                      (always; what the mean-pooled selector scores)
 //   channel-wise min and max key          (optional; the channel-bound selector, certified bounds)
+// optionally the means of `sub_blocks` equal sub-blocks of each block, as [blocks * sub_blocks,
+// head_dim] (the sub-block-means selector: an outlier key is diluted by block_size / sub_blocks
+// positions instead of block_size),
 // and, as [blocks], the largest value norm max_j ||v_j||   (optional; certified error bounds).
 //
 // Memory: blocks * head_dim * 4 bytes for the means (1/block_size of the keys in f32 per
 // position), twice that again with channel bounds, 4 bytes per block for value norms, plus
-// head_dim * 8 bytes for the running sum of the open block. memory_bytes() reports it.
+// head_dim * 8 bytes for the running sum of the open block; sub-block means add sub_blocks times
+// the means' bytes (4 * head_dim / (block_size / sub_blocks) bytes per position) and one more
+// running sum. memory_bytes() reports it.
 #pragma once
 
 #include <algorithm>
@@ -29,6 +34,14 @@ namespace amc {
 struct SummaryOptions {
   bool channel_bounds = false;  ///< channel-wise min/max key per block
   bool value_norms = false;     ///< largest value norm per block
+  /// Means of this many equal sub-blocks per block (0: none); must divide block_size.
+  std::int64_t sub_blocks = 0;
+
+  /// Whether summaries built with these options hold everything `wanted` asks for.
+  bool covers(const SummaryOptions& wanted) const {
+    return (channel_bounds || !wanted.channel_bounds) && (value_norms || !wanted.value_norms) &&
+           (wanted.sub_blocks == 0 || sub_blocks == wanted.sub_blocks);
+  }
 };
 
 class BlockSummaries {
@@ -42,7 +55,12 @@ class BlockSummaries {
     AMC_CHECK(block_size > 0, "amc::BlockSummaries", "block_size must be positive, got ",
               block_size);
     AMC_CHECK(head_dim > 0, "amc::BlockSummaries", "head_dim must be positive, got ", head_dim);
+    AMC_CHECK(options.sub_blocks >= 0 &&
+                  (options.sub_blocks == 0 || block_size % options.sub_blocks == 0),
+              "amc::BlockSummaries", "sub_blocks must be 0 or divide block_size ", block_size,
+              ", got ", options.sub_blocks);
     open_sum_.assign(static_cast<std::size_t>(head_dim), 0.0);
+    if (options.sub_blocks > 0) open_sub_sum_.assign(static_cast<std::size_t>(head_dim), 0.0);
   }
 
   /// Builds summaries of every position of `kv` (discarding previous contents).
@@ -87,7 +105,9 @@ class BlockSummaries {
     channel_min_.clear();
     channel_max_.clear();
     value_norm_max_.clear();
+    sub_means_.clear();
     std::fill(open_sum_.begin(), open_sum_.end(), 0.0);
+    std::fill(open_sub_sum_.begin(), open_sub_sum_.end(), 0.0);
   }
 
   void reserve(std::int64_t positions) {
@@ -98,6 +118,7 @@ class BlockSummaries {
       channel_max_.reserve(rows * static_cast<std::size_t>(head_dim_));
     }
     if (options_.value_norms) value_norm_max_.reserve(rows);
+    sub_means_.reserve(rows * static_cast<std::size_t>(options_.sub_blocks * head_dim_));
   }
 
   std::int64_t positions() const { return positions_; }
@@ -116,30 +137,42 @@ class BlockSummaries {
   auto mean_keys() const { return map_rows(means_.data(), blocks(), head_dim_, head_dim_); }
   /// [blocks, head_dim]; requires options().channel_bounds.
   auto channel_min() const {
-    require(options_.channel_bounds, "channel_min", "channel_bounds");
+    require(options_.channel_bounds, "channel_min", "channel_bounds = true");
     return map_rows(channel_min_.data(), blocks(), head_dim_, head_dim_);
   }
   auto channel_max() const {
-    require(options_.channel_bounds, "channel_max", "channel_bounds");
+    require(options_.channel_bounds, "channel_max", "channel_bounds = true");
     return map_rows(channel_max_.data(), blocks(), head_dim_, head_dim_);
+  }
+  /// Positions per sub-block (block_size / sub_blocks); requires options().sub_blocks > 0.
+  std::int64_t sub_block_size() const {
+    require(options_.sub_blocks > 0, "sub_block_size", "sub_blocks > 0");
+    return block_size_ / options_.sub_blocks;
+  }
+  /// [blocks * sub_blocks, head_dim]: row b * sub_blocks + j is the mean key of sub-block j of
+  /// block b (rows past the last position's sub-block are zero); requires options().sub_blocks.
+  auto sub_block_means() const {
+    require(options_.sub_blocks > 0, "sub_block_means", "sub_blocks > 0");
+    return map_rows(sub_means_.data(), blocks() * options_.sub_blocks, head_dim_, head_dim_);
   }
   /// [blocks] largest ||v_j|| per block; requires options().value_norms.
   std::span<const float> value_norm_max() const {
-    require(options_.value_norms, "value_norm_max", "value_norms");
+    require(options_.value_norms, "value_norm_max", "value_norms = true");
     return value_norm_max_;
   }
 
   /// Bytes of summary data currently held (sizes, not capacities), open-block sum included.
   std::size_t memory_bytes() const {
-    return (means_.size() + channel_min_.size() + channel_max_.size() + value_norm_max_.size()) *
+    return (means_.size() + channel_min_.size() + channel_max_.size() + value_norm_max_.size() +
+            sub_means_.size()) *
                sizeof(float) +
-           open_sum_.size() * sizeof(double);
+           (open_sum_.size() + open_sub_sum_.size()) * sizeof(double);
   }
 
  private:
   void require(bool kept, const char* accessor, const char* option) const {
     AMC_CHECK(kept, "amc::BlockSummaries", accessor, "() needs SummaryOptions::", option,
-              " = true when the summaries are built");
+              " when the summaries are built");
   }
 
   template <KvStorage T>
@@ -153,8 +186,10 @@ class BlockSummaries {
         channel_max_.resize(channel_max_.size() + d, -std::numeric_limits<float>::infinity());
       }
       if (options_.value_norms) value_norm_max_.push_back(0.0f);
+      sub_means_.resize(sub_means_.size() + static_cast<std::size_t>(options_.sub_blocks) * d);
       std::fill(open_sum_.begin(), open_sum_.end(), 0.0);
     }
+    if (options_.sub_blocks > 0) append_sub_block_mean(key, offset);
     const std::size_t row = means_.size() - d;
     // The mean of the open block is recomputed from an f64 running sum, so it carries no drift
     // from incremental updates: it equals the mean of the block's keys rounded once to f32.
@@ -205,6 +240,23 @@ class BlockSummaries {
     ++positions_;
   }
 
+  /// Folds `key` (at `offset` in the open block) into its sub-block's mean, which, like the
+  /// block mean, is recomputed from an f64 running sum.
+  template <KvStorage T>
+  void append_sub_block_mean(std::span<const T> key, std::int64_t offset) {
+    const auto d = static_cast<std::size_t>(head_dim_);
+    const std::int64_t sub_size = block_size_ / options_.sub_blocks;
+    const std::int64_t sub_offset = offset % sub_size;
+    if (sub_offset == 0) std::fill(open_sub_sum_.begin(), open_sub_sum_.end(), 0.0);
+    const std::size_t row =
+        sub_means_.size() - static_cast<std::size_t>(options_.sub_blocks - offset / sub_size) * d;
+    const double inverse_count = 1.0 / static_cast<double>(sub_offset + 1);
+    for (std::size_t i = 0; i < d; ++i) {
+      open_sub_sum_[i] += to_float(key[i]);
+      sub_means_[row + i] = static_cast<float>(open_sub_sum_[i] * inverse_count);
+    }
+  }
+
   std::int64_t block_size_ = 0;
   std::int64_t head_dim_ = 0;
   SummaryOptions options_;
@@ -214,7 +266,9 @@ class BlockSummaries {
   AlignedVector<float> channel_min_;   // [blocks, head_dim] if channel_bounds
   AlignedVector<float> channel_max_;   // [blocks, head_dim] if channel_bounds
   std::vector<float> value_norm_max_;  // [blocks] if value_norms
+  AlignedVector<float> sub_means_;     // [blocks * sub_blocks, head_dim] if sub_blocks > 0
   std::vector<double> open_sum_;       // [head_dim] running key sum of the last block
+  std::vector<double> open_sub_sum_;   // [head_dim] running key sum of the last sub-block
 };
 
 }  // namespace amc

@@ -231,8 +231,9 @@ class DenseDecode {
 };
 
 /// Block-sparse decode: score blocks with `Selector`, keep sinks, window and the top-k blocks
-/// (or, with config.target_eps set, the fewest best blocks whose certified omitted-mass bound
-/// meets it: adaptive_selection.hpp), attend over that support. Selection is fresh at every
+/// (with config.top_p set, the fewest best of them whose estimated mass share reaches top_p:
+/// top_k.hpp; with config.target_eps set, the fewest best blocks whose certified omitted-mass
+/// bound meets it: adaptive_selection.hpp), attend over that support. Selection is fresh at every
 /// call. Not thread-safe: use one operator per thread (it owns its scratch so steady-state
 /// top-k calls do not allocate).
 template <class Selector = RuleSelector>
@@ -248,6 +249,7 @@ class BlockSparseDecode {
   BlockSparseDecode(const SparseConfig& config, Selector selector)
       : config_(config), selector_(std::move(selector)) {
     config_.validate();
+    required_ = required_summaries(config_);
   }
 
   const SparseConfig& config() const { return config_; }
@@ -295,6 +297,13 @@ class BlockSparseDecode {
               summaries.positions(), " positions but the KV view has ", kv.positions());
     AMC_CHECK(summaries.head_dim() == kv.head_dim(), where, "summaries have head_dim ",
               summaries.head_dim(), " but the KV view has head_dim ", kv.head_dim());
+    AMC_CHECK(summaries.options().covers(required_), where, "score ", config_.score.name(),
+              config_.adaptive() ? " with target_eps" : "",
+              " reads summaries with channel_bounds=", required_.channel_bounds,
+              " value_norms=", required_.value_norms, " sub_blocks=", required_.sub_blocks,
+              "; these were built with channel_bounds=", summaries.options().channel_bounds,
+              " value_norms=", summaries.options().value_norms,
+              " sub_blocks=", summaries.options().sub_blocks, " (required_summaries(config))");
 
     const std::int64_t heads = queries.rows();
     const std::int64_t head_dim = queries.cols();
@@ -336,11 +345,11 @@ class BlockSparseDecode {
       combined_.resize(static_cast<std::size_t>(blocks));
       combine_group_scores(block_scores_, heads, blocks, candidates, config_.combine, combined_,
                            combine_scratch_);
-      select_top_k(combined_, candidates, config_.top_k, selected_[0]);
+      select_blocks(combined_, candidates, MassScale::linear, selected_[0]);
     } else {
       for (std::int64_t h = 0; h < heads; ++h) {
-        select_top_k(scores_of(h, blocks), candidates, config_.top_k,
-                     selected_[static_cast<std::size_t>(h)]);
+        select_blocks(scores_of(h, blocks), candidates, MassScale::log,
+                      selected_[static_cast<std::size_t>(h)]);
       }
     }
     for (std::int64_t h = 0; h < selections; ++h) {
@@ -380,6 +389,16 @@ class BlockSparseDecode {
   }
 
  private:
+  /// Top-k, or top-p with top_k as its cap.
+  void select_blocks(std::span<const float> scores, const CandidateBlocks& candidates,
+                     MassScale scale, std::vector<std::int64_t>& selected) const {
+    if (config_.top_p) {
+      select_top_p(scores, candidates, *config_.top_p, config_.top_k, scale, selected);
+    } else {
+      select_top_k(scores, candidates, config_.top_k, selected);
+    }
+  }
+
   const AdaptiveSelection& adaptive_result(std::int64_t head) const {
     AMC_CHECK(config_.adaptive() && head >= 0 && static_cast<std::size_t>(head) < adaptive_.size(),
               "amc::BlockSparseDecode", "no adaptive selection for head ", head,
@@ -436,6 +455,7 @@ class BlockSparseDecode {
   }
 
   SparseConfig config_;
+  SummaryOptions required_;  // required_summaries(config_)
   Selector selector_;
   detail::DecodeWorkspace workspace_;
   std::span<float> scores_of(std::int64_t head, std::int64_t blocks) {

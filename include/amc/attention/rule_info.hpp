@@ -20,8 +20,9 @@ struct SparseConfig;
 struct RuleInfo {
   std::string_view name;         ///< what configurations and tools call it ("mean")
   std::string_view description;  ///< one line for help texts and reports
-  SummaryOptions summaries;      ///< what it reads besides the mean keys
-  bool reads_keys = false;       ///< scores from the keys themselves, not only the summaries
+  /// What it reads besides the mean keys, for `config` (nullptr: nothing else).
+  SummaryOptions (*summaries)(const SparseConfig& config) = nullptr;
+  bool reads_keys = false;  ///< scores from the keys themselves, not only the summaries
   /// A scorer for `config` (which may carry the rule's own settings).
   std::unique_ptr<BlockRule> (*make)(const SparseConfig& config) = nullptr;
 };

@@ -20,9 +20,12 @@
 #include "amc/attention/rules/channel_bound.hpp"
 #include "amc/attention/rules/mean_pooled.hpp"
 #include "amc/attention/rules/oracle.hpp"
+#include "amc/attention/rules/sub_block_means.hpp"
+#include "amc/attention/rules/two_stage.hpp"
 #include "amc/attention/selection_input.hpp"
 #include "amc/attention/sparse_config.hpp"
 #include "amc/attention/support.hpp"
+#include "amc/attention/top_k.hpp"
 #include "amc/error.hpp"
 #include "amc/kernels/kernel_table.hpp"
 #include "amc/kv_view.hpp"
@@ -57,58 +60,6 @@ class RuleSelector {
   ScoreRule rule_;
   std::shared_ptr<const BlockRule> scorer_;
 };
-
-/// Picks the `k` best candidate blocks by score, ties broken by the lower block index; NaN scores
-/// rank last. Writes the chosen block indices to `selected` in increasing order.
-///
-/// One pass with a k-element heap whose top is the worst block kept so far: with k much smaller
-/// than the number of blocks almost every candidate is rejected by a single comparison, which is
-/// what makes selection cheap next to the attention it saves at long contexts.
-inline void select_top_k(std::span<const float> scores, const CandidateBlocks& candidates,
-                         std::int64_t k, std::vector<std::int64_t>& selected) {
-  selected.clear();
-  if (k >= candidates.count()) {
-    for (std::int64_t b = candidates.first; b < candidates.last; ++b) selected.push_back(b);
-    return;
-  }
-  if (k <= 0) return;
-  auto key = [&](std::int64_t b) {
-    const float s = scores[static_cast<std::size_t>(b)];
-    return std::isnan(s) ? -std::numeric_limits<float>::infinity() : s;
-  };
-  // "a ranks before b": higher score, or equal score and lower index. A strict total order.
-  auto before = [&](std::int64_t a, std::int64_t b) {
-    const float ka = key(a), kb = key(b);
-    return ka > kb || (ka == kb && a < b);
-  };
-  // With `before` as the heap's less-than, the heap top is the block that ranks last. Blocks
-  // come in increasing index order, so a later block with the same score as the worst kept one
-  // ranks after it: only a strictly higher score gets in.
-  for (std::int64_t b = candidates.first; b < candidates.first + k; ++b) selected.push_back(b);
-  std::make_heap(selected.begin(), selected.end(), before);
-  float worst = key(selected.front());
-  // The scan for the next block that beats the worst kept one is a vector compare
-  // (first_above); NaN never beats it, matching key(NaN) = -inf.
-  const auto first_above = kernels::active().first_above;
-  for (std::int64_t b = candidates.first + k; b < candidates.last; ++b) {
-    b += first_above(scores.data() + b, candidates.last - b, worst);
-    if (b == candidates.last) break;
-    // b replaces the top (the worst kept block), sifted down to restore the heap: one pass
-    // where pop_heap plus push_heap take two.
-    std::size_t hole = 0;
-    for (;;) {
-      std::size_t child = 2 * hole + 1;
-      if (child >= selected.size()) break;
-      if (child + 1 < selected.size() && before(selected[child], selected[child + 1])) ++child;
-      if (!before(b, selected[child])) break;  // b ranks after its later-ranked child
-      selected[hole] = selected[child];
-      hole = child;
-    }
-    selected[hole] = b;
-    worst = key(selected.front());
-  }
-  std::sort(selected.begin(), selected.end());
-}
 
 /// Per-group combination: each row of `head_scores` ([heads, blocks]) becomes a softmax over the
 /// candidate blocks; `combined[b]` is their sum or max over heads. NaN scores count as -inf.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <compare>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -54,9 +55,11 @@ class ScoreRule {
   }
 
   // The built-in rules, for code that names them (tools select rules by name).
-  static const ScoreRule mean_pooled;    ///< "mean": c <q, mean key>
-  static const ScoreRule channel_bound;  ///< "bound": c sum_i max(q_i min_i, q_i max_i)
-  static const ScoreRule oracle;         ///< "oracle": the true block mass; reads every key
+  static const ScoreRule mean_pooled;      ///< "mean": c <q, mean key>
+  static const ScoreRule channel_bound;    ///< "bound": c sum_i max(q_i min_i, q_i max_i)
+  static const ScoreRule oracle;           ///< "oracle": the true block mass; reads every key
+  static const ScoreRule two_stage;        ///< "twostage": mean shortlist, rescored from keys
+  static const ScoreRule sub_block_means;  ///< "submean": logsumexp of sub-block mean scores
 
  private:
   constexpr explicit ScoreRule(std::string_view name) : name_(name) {}
@@ -66,6 +69,8 @@ class ScoreRule {
 inline constexpr ScoreRule ScoreRule::mean_pooled{"mean"};
 inline constexpr ScoreRule ScoreRule::channel_bound{"bound"};
 inline constexpr ScoreRule ScoreRule::oracle{"oracle"};
+inline constexpr ScoreRule ScoreRule::two_stage{"twostage"};
+inline constexpr ScoreRule ScoreRule::sub_block_means{"submean"};
 
 constexpr std::string_view to_string(SelectionScope scope) {
   return scope == SelectionScope::per_head ? "head" : "group";
@@ -108,6 +113,27 @@ struct SparseConfig {
   std::optional<double> target_eps;
   /// Adaptive selection adds at most this many blocks; unset: every candidate.
   std::optional<std::int64_t> max_k;
+  /// Top-p budgets: per selection (a head, or the group with group scope), the fewest of the
+  /// best-scoring blocks whose estimated mass, the softmax of the scores over the candidate
+  /// blocks, reaches top_p; at most top_k of them. Unset: always top_k.
+  std::optional<double> top_p;
+  /// The two-stage rule ("twostage") shortlists shortlist * k blocks by mean pooling and
+  /// rescores them from their keys; unset: kDefaultShortlist.
+  std::optional<std::int64_t> shortlist;
+  /// The sub-block-means rule ("submean") keeps this many means per block (dividing
+  /// block_size); unset: kDefaultSubBlocks.
+  std::optional<std::int64_t> sub_blocks;
+
+  static constexpr std::int64_t kDefaultShortlist = 4;
+  static constexpr std::int64_t kDefaultSubBlocks = 4;
+  std::int64_t shortlist_or_default() const { return shortlist.value_or(kDefaultShortlist); }
+  std::int64_t sub_blocks_or_default() const { return sub_blocks.value_or(kDefaultSubBlocks); }
+  /// The most blocks one selection keeps: top_k, or max_k (unset: every candidate) when
+  /// adaptive. What a two-stage rule sizes its shortlist by.
+  std::int64_t most_blocks() const {
+    if (!adaptive()) return top_k;
+    return max_k.value_or(std::numeric_limits<std::int64_t>::max());
+  }
 
   /// Throws amc::error naming the first bad field and its value.
   void validate() const {
@@ -120,13 +146,25 @@ struct SparseConfig {
               "scale must be positive and finite, got ", scale ? *scale : 0.0f);
     AMC_CHECK(scope == SelectionScope::per_head || scope == SelectionScope::per_group, where,
               "scope has an invalid value ", static_cast<int>(scope));
-    static_cast<void>(score.info());  // throws for a name that is not registered
     AMC_CHECK(combine == GroupCombine::sum || combine == GroupCombine::max, where,
               "combine has an invalid value ", static_cast<int>(combine));
     AMC_CHECK(!target_eps || (*target_eps >= 0.0 && *target_eps <= 1.0), where,
               "target_eps must be in [0, 1], got ", target_eps ? *target_eps : 0.0);
     AMC_CHECK(!max_k || *max_k >= 0, where, "max_k must be >= 0, got ", max_k ? *max_k : 0);
     AMC_CHECK(!max_k || target_eps, where, "max_k needs target_eps (it caps adaptive selection)");
+    AMC_CHECK(!top_p || (*top_p > 0.0 && *top_p <= 1.0), where, "top_p must be in (0, 1], got ",
+              top_p ? *top_p : 0.0);
+    AMC_CHECK(!top_p || !target_eps, where, "top_p and target_eps are two adaptive budgets (top_p ",
+              top_p ? *top_p : 0.0, ", target_eps ", target_eps ? *target_eps : 0.0, "); set one");
+    AMC_CHECK(!shortlist || *shortlist >= 1, where, "shortlist must be >= 1, got ",
+              shortlist ? *shortlist : 0);
+    AMC_CHECK(!sub_blocks || *sub_blocks >= 1, where, "sub_blocks must be >= 1, got ",
+              sub_blocks ? *sub_blocks : 0);
+    const RuleInfo& rule = score.info();
+    const std::int64_t rule_sub_blocks = rule.summaries ? rule.summaries(*this).sub_blocks : 0;
+    AMC_CHECK(rule_sub_blocks == 0 || block_size % rule_sub_blocks == 0, where, "score ",
+              score.name(), " keeps ", rule_sub_blocks, " sub-blocks per block (sub_blocks), ",
+              "which must divide block_size ", block_size);
   }
 
   bool adaptive() const { return target_eps.has_value(); }
@@ -141,7 +179,8 @@ struct SparseConfig {
 /// The block summaries a configuration needs: those of its rule, plus channel bounds and value
 /// norms for adaptive selection (it certifies its bound from them). Caches build these.
 inline SummaryOptions required_summaries(const SparseConfig& config) {
-  SummaryOptions options = config.score.info().summaries;
+  const RuleInfo& rule = config.score.info();
+  SummaryOptions options = rule.summaries ? rule.summaries(config) : SummaryOptions{};
   if (config.adaptive()) options.channel_bounds = options.value_norms = true;
   return options;
 }
@@ -278,6 +317,35 @@ inline std::span<const SparseSetting> sparse_settings() {
          const auto k = parse_setting_number<std::int64_t>("max_k", t, "an integer >= 0");
          if (k < 0) bad_setting("max_k", "an integer >= 0", t);
          c.max_k = k;
+       }},
+      {"top_p",
+       "top-p budget: the fewest best blocks whose estimated mass share reaches this, in (0, 1], "
+       "at most top_k",
+       SettingKind::real, true,
+       [](const SparseConfig& c) { return c.top_p ? setting_number_text(*c.top_p) : ""; },
+       [](SparseConfig& c, std::string_view t) {
+         if (t.empty()) return c.top_p.reset();
+         const auto x = parse_setting_number<double>("top_p", t, "a number in (0, 1]");
+         if (!(x > 0.0 && x <= 1.0)) bad_setting("top_p", "a number in (0, 1]", t);
+         c.top_p = x;
+       }},
+      {"shortlist", "score twostage: blocks shortlisted by mean pooling per block kept (unset: 4)",
+       SettingKind::integer, true,
+       [](const SparseConfig& c) { return c.shortlist ? setting_number_text(*c.shortlist) : ""; },
+       [](SparseConfig& c, std::string_view t) {
+         if (t.empty()) return c.shortlist.reset();
+         const auto n = parse_setting_number<std::int64_t>("shortlist", t, "an integer >= 1");
+         if (n < 1) bad_setting("shortlist", "an integer >= 1", t);
+         c.shortlist = n;
+       }},
+      {"sub_blocks", "score submean: sub-block means per block, dividing block_size (unset: 4)",
+       SettingKind::integer, true,
+       [](const SparseConfig& c) { return c.sub_blocks ? setting_number_text(*c.sub_blocks) : ""; },
+       [](SparseConfig& c, std::string_view t) {
+         if (t.empty()) return c.sub_blocks.reset();
+         const auto n = parse_setting_number<std::int64_t>("sub_blocks", t, "an integer >= 1");
+         if (n < 1) bad_setting("sub_blocks", "an integer >= 1", t);
+         c.sub_blocks = n;
        }},
   };
   return settings;

@@ -42,8 +42,7 @@ inline RuleInfo channel_bound_rule_info() {
   return {"bound",
           "the channel bound c sum_i max(q_i kmin_i, q_i kmax_i) >= the block's largest score "
           "(Quest-style comparison)",
-          {.channel_bounds = true},
-          false,
+          [](const SparseConfig&) { return SummaryOptions{.channel_bounds = true}; }, false,
           [](const SparseConfig&) -> std::unique_ptr<BlockRule> {
             return std::make_unique<ChannelBoundRule>();
           }};

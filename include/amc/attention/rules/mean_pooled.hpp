@@ -58,10 +58,7 @@ class MeanPooledRule final : public BlockRule {
 };
 
 inline RuleInfo mean_pooled_rule_info() {
-  return {"mean",
-          "c <q, mean key of the block> (the method under study)",
-          {},
-          false,
+  return {"mean", "c <q, mean key of the block> (the method under study)", nullptr, false,
           [](const SparseConfig&) -> std::unique_ptr<BlockRule> {
             return std::make_unique<MeanPooledRule>();
           }};

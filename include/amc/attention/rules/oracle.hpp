@@ -24,18 +24,25 @@ struct OracleSelector {
 
   static void score(const BlockScoringInput& in, const KeyRows& keys, std::span<float> scores) {
     const auto& c = in.candidates;
-    const auto& table = kernels::active();
-    const std::int64_t block_size = in.summaries.block_size();
-    std::vector<float> block_scores(static_cast<std::size_t>(block_size));
+    std::vector<float> block_scores(static_cast<std::size_t>(in.summaries.block_size()));
     for (std::int64_t b = c.first; b < c.last; ++b) {
-      const std::int64_t begin = std::max(b * block_size, c.kept_prefix);
-      const std::int64_t end = std::min((b + 1) * block_size, c.kept_suffix_begin);
-      keys.score(in.query.data(), 1, begin, end, block_scores.data(), 0);
-      const std::int64_t count = end - begin;
-      const float max = table.max(block_scores.data(), count);
-      scores[static_cast<std::size_t>(b)] =
-          max + std::log(table.exp_sum(block_scores.data(), count, max));
+      scores[static_cast<std::size_t>(b)] = block_log_mass(in, keys, b, block_scores);
     }
+  }
+
+  /// log sum_j exp(c <q, k_j>) over the positions j of block b that are not always kept: the
+  /// log of the mass the block adds to the support. `scratch` holds block_size floats.
+  static float block_log_mass(const BlockScoringInput& in, const KeyRows& keys, std::int64_t b,
+                              std::span<float> scratch) {
+    const auto& c = in.candidates;
+    const std::int64_t block_size = in.summaries.block_size();
+    const std::int64_t begin = std::max(b * block_size, c.kept_prefix);
+    const std::int64_t end = std::min((b + 1) * block_size, c.kept_suffix_begin);
+    keys.score(in.query.data(), 1, begin, end, scratch.data(), 0);
+    const std::int64_t count = end - begin;
+    const auto& table = kernels::active();
+    const float max = table.max(scratch.data(), count);
+    return max + std::log(table.exp_sum(scratch.data(), count, max));
   }
 };
 
@@ -52,9 +59,7 @@ inline RuleInfo oracle_rule_info() {
   return {"oracle",
           "the log of the block's true softmax mass (reads every key; the best any rule can do "
           "for retained mass)",
-          {},
-          true,
-          [](const SparseConfig&) -> std::unique_ptr<BlockRule> {
+          nullptr, true, [](const SparseConfig&) -> std::unique_ptr<BlockRule> {
             return std::make_unique<OracleRule>();
           }};
 }

@@ -1,0 +1,114 @@
+// Turning block scores into a selection: the k best blocks (select_top_k), or the fewest best
+// blocks that hold a share p of the estimated mass (select_top_p, the adaptive budget).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "amc/attention/selection_input.hpp"
+#include "amc/kernels/kernel_table.hpp"
+
+namespace amc {
+
+/// Picks the `k` best candidate blocks by score, ties broken by the lower block index; NaN scores
+/// rank last. Writes the chosen block indices to `selected` in increasing order.
+///
+/// One pass with a k-element heap whose top is the worst block kept so far: with k much smaller
+/// than the number of blocks almost every candidate is rejected by a single comparison, which is
+/// what makes selection cheap next to the attention it saves at long contexts.
+inline void select_top_k(std::span<const float> scores, const CandidateBlocks& candidates,
+                         std::int64_t k, std::vector<std::int64_t>& selected) {
+  selected.clear();
+  if (k >= candidates.count()) {
+    for (std::int64_t b = candidates.first; b < candidates.last; ++b) selected.push_back(b);
+    return;
+  }
+  if (k <= 0) return;
+  auto key = [&](std::int64_t b) {
+    const float s = scores[static_cast<std::size_t>(b)];
+    return std::isnan(s) ? -std::numeric_limits<float>::infinity() : s;
+  };
+  // "a ranks before b": higher score, or equal score and lower index. A strict total order.
+  auto before = [&](std::int64_t a, std::int64_t b) {
+    const float ka = key(a), kb = key(b);
+    return ka > kb || (ka == kb && a < b);
+  };
+  // With `before` as the heap's less-than, the heap top is the block that ranks last. Blocks
+  // come in increasing index order, so a later block with the same score as the worst kept one
+  // ranks after it: only a strictly higher score gets in.
+  for (std::int64_t b = candidates.first; b < candidates.first + k; ++b) selected.push_back(b);
+  std::make_heap(selected.begin(), selected.end(), before);
+  float worst = key(selected.front());
+  // The scan for the next block that beats the worst kept one is a vector compare
+  // (first_above); NaN never beats it, matching key(NaN) = -inf.
+  const auto first_above = kernels::active().first_above;
+  for (std::int64_t b = candidates.first + k; b < candidates.last; ++b) {
+    b += first_above(scores.data() + b, candidates.last - b, worst);
+    if (b == candidates.last) break;
+    // b replaces the top (the worst kept block), sifted down to restore the heap: one pass
+    // where pop_heap plus push_heap take two.
+    std::size_t hole = 0;
+    for (;;) {
+      std::size_t child = 2 * hole + 1;
+      if (child >= selected.size()) break;
+      if (child + 1 < selected.size() && before(selected[child], selected[child + 1])) ++child;
+      if (!before(b, selected[child])) break;  // b ranks after its later-ranked child
+      selected[hole] = selected[child];
+      hole = child;
+    }
+    selected[hole] = b;
+    worst = key(selected.front());
+  }
+  std::sort(selected.begin(), selected.end());
+}
+
+/// What block scores are: logs of (unnormalised) block masses, as every rule writes them, or
+/// the masses themselves, as per-group combination writes them (sums of per-head softmaxes).
+enum class MassScale : std::uint8_t { log, linear };
+
+/// Top-p selection: of the best `cap` candidate blocks (select_top_k), the fewest, best first,
+/// whose share of the estimated mass of all candidates reaches `p`. The estimated mass of block
+/// b is exp(scores[b]) (MassScale::log) or scores[b] (MassScale::linear); NaN counts as none.
+/// Writes the chosen block indices to `selected` in increasing order. When no candidate has
+/// any estimated mass (all scores -inf or NaN), there is no share to reach: the `cap` best are
+/// kept, as top-k would.
+inline void select_top_p(std::span<const float> scores, const CandidateBlocks& candidates, double p,
+                         std::int64_t cap, MassScale scale, std::vector<std::int64_t>& selected) {
+  select_top_k(scores, candidates, cap, selected);
+  if (selected.empty()) return;
+  // mass(b) relative to the largest score, so that exp never overflows.
+  const float* row = scores.data() + candidates.first;
+  const std::int64_t count = candidates.count();
+  double shift = 0.0;
+  if (scale == MassScale::log) {
+    shift = -std::numeric_limits<double>::infinity();
+    for (std::int64_t b = 0; b < count; ++b) {
+      if (row[b] == row[b]) shift = std::max(shift, static_cast<double>(row[b]));
+    }
+    if (!std::isfinite(shift)) return;  // no estimated mass (or +inf: no finite share)
+  }
+  auto mass = [&](std::int64_t b) {
+    const double s = scores[static_cast<std::size_t>(b)];
+    if (s != s) return 0.0;
+    return scale == MassScale::log ? std::exp(s - shift) : std::max(s, 0.0);
+  };
+  double total = 0.0;
+  for (std::int64_t b = candidates.first; b < candidates.last; ++b) total += mass(b);
+  if (!(total > 0.0) || !std::isfinite(total)) return;
+  // Best first (higher score, then lower index: select_top_k's order), until the share is met.
+  std::sort(selected.begin(), selected.end(), [&](std::int64_t a, std::int64_t b) {
+    const double ma = mass(a), mb = mass(b);
+    return ma > mb || (ma == mb && a < b);
+  });
+  double kept = 0.0;
+  std::size_t needed = 0;
+  while (needed < selected.size() && kept < p * total) kept += mass(selected[needed++]);
+  selected.resize(needed);
+  std::sort(selected.begin(), selected.end());
+}
+
+}  // namespace amc

@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""The induction test of EXPERIMENTS.md: does a model of train.py's architecture learn to copy?
+
+Each sequence is a random string and its exact repeat; the loss counts only the repeat, whose
+bytes after the first can be copied from the string. Separates the model and optimiser from
+the data mixture: a recipe whose model cannot pass this will not learn retrieval from code.
+
+    /usr/bin/python3 tools/train_retrieval/induction_test.py --alphabets all,printable,letters \
+        --layers 4 --width 384 --lr 5e-4 --steps 300 --batch 18 --context 256
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.append(str(HERE.parent / "train_tiny"))
+import train  # noqa: E402
+from attention import chunked_causal_attention  # noqa: E402
+from model import Qwen2Tiny, TinyConfig  # noqa: E402
+
+ALPHABETS = {"all": torch.arange(256), "printable": torch.arange(32, 127),
+             "letters": torch.arange(97, 123)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--alphabets", default="all,printable,letters",
+                        help="comma-separated, from " + ",".join(ALPHABETS) +
+                             "; rows cycle through them")
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--width", type=int, default=384, help="hidden size (64 per head)")
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch", type=int, default=18)
+    parser.add_argument("--context", type=int, default=256)
+    parser.add_argument("--f32", action="store_true", help="no bf16 autocast")
+    args = parser.parse_args()
+    kinds = args.alphabets.split(",")
+    for kind in kinds:
+        if kind not in ALPHABETS:
+            sys.exit(f"induction_test.py: unknown alphabet {kind!r} (known: {', '.join(ALPHABETS)})")
+    train.keep_freed_memory()
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    heads = args.width // 64
+    config = TinyConfig(hidden_size=args.width, intermediate_size=args.width * 8 // 3 // 64 * 64,
+                        num_hidden_layers=args.layers, num_attention_heads=heads,
+                        num_key_value_heads=max(1, heads // 3))
+    model = Qwen2Tiny(config, rope="transformers")
+    model.use_attention(chunked_causal_attention)
+    optimizer = train.new_optimizer(model, args.lr)
+    generator = torch.Generator().manual_seed(1)
+    half = args.context // 2
+    start = time.time()
+    for step in range(args.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = args.lr * min(1.0, (step + 1) / args.warmup)
+        rows = []
+        for r in range(args.batch):
+            alphabet = ALPHABETS[kinds[r % len(kinds)]]
+            rows.append(alphabet[torch.randint(0, len(alphabet), (half + 1,), generator=generator)])
+        strings = torch.stack(rows)
+        ids = torch.cat([strings, strings], dim=1)[:, :args.context + 1]
+        weights = torch.zeros(args.batch, args.context)
+        weights[:, half + 1:] = 1.0  # targets of the repeat after its first byte
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not args.f32):
+            logits = model(ids[:, :-1])
+        losses = F.cross_entropy(logits.float().flatten(0, 1), ids[:, 1:].flatten(),
+                                 reduction="none").view(args.batch, args.context)
+        loss = (losses * weights).sum() / weights.sum()
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        if step % 20 == 0 or step == args.steps - 1:
+            per_row = ((losses * weights).sum(1) / weights.sum(1)).detach()
+            parts = " ".join(f"{k} {per_row[i::len(kinds)].mean():.3f}"
+                             for i, k in enumerate(kinds))
+            print(f"step {step} copy loss {loss.item():.3f} ({parts}) {time.time() - start:.0f} s",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
