@@ -82,7 +82,7 @@ struct KvRing {
   std::unique_ptr<HugeBuffer<T>> keys_buffer, values_buffer;  // [copies, positions, head_dim]
   std::vector<BlockSummaries> summaries;
   std::vector<Support> supports;  // per copy, what selection picks (see selected_supports)
-  std::vector<BlockSummaries> sub_block_summaries;  // per copy, with sub-block means (lazily)
+  std::vector<BlockSummaries> rich_summaries;  // per copy, what a rule needs beyond means (lazily)
   std::int64_t next = 0;
 
   explicit KvRing(std::int64_t n) : positions(n) {
@@ -116,17 +116,16 @@ struct KvRing {
     return next;
   }
 
-  /// The summaries `config`'s rule reads for copy c.
+  /// The summaries `config`'s rule reads for copy c (the means only unless it needs more).
   const BlockSummaries& summaries_for(const SparseConfig& config, std::int64_t c) {
     const SummaryOptions needed = required_summaries(config);
-    if (needed.sub_blocks == 0) return summaries[static_cast<std::size_t>(c)];
-    if (sub_block_summaries.empty() ||
-        sub_block_summaries[0].options().sub_blocks != needed.sub_blocks) {
-      sub_block_summaries.clear();
+    if (summaries[0].options().covers(needed)) return summaries[static_cast<std::size_t>(c)];
+    if (rich_summaries.empty() || !rich_summaries[0].options().covers(needed)) {
+      rich_summaries.clear();
       for (std::int64_t i = 0; i < copies; ++i)
-        sub_block_summaries.push_back(BlockSummaries::build(view(i), 32, needed));
+        rich_summaries.push_back(BlockSummaries::build(view(i), 32, needed));
     }
-    return sub_block_summaries[static_cast<std::size_t>(c)];
+    return rich_summaries[static_cast<std::size_t>(c)];
   }
 };
 
@@ -254,13 +253,17 @@ void BM_Select(benchmark::State& state) {
   state.counters["blocks_scored"] = static_cast<double>(kv.summaries[0].blocks());
 }
 
-/// The rules BM_RuleSparseDecode and BM_RuleSelect compare (issue 16), by their argument.
-const ScoreRule kComparedRules[] = {ScoreRule::mean_pooled, ScoreRule::two_stage,
-                                    ScoreRule::sub_block_means};
+/// The selection settings BM_RuleSparseDecode and BM_RuleSelect compare (issue 16), by their
+/// argument, on sparse_config(): "score" or "score/first stage" (two-stage rules; shortlist 4).
+const char* const kComparedRules[] = {"mean",           "bound",   "twostage/mean",
+                                      "twostage/bound", "submean", "oracle"};
 
 SparseConfig rule_config(std::int64_t rule) {
+  const std::string_view name = kComparedRules[rule];
+  const std::size_t slash = name.find('/');
   SparseConfig c = sparse_config();
-  c.score = kComparedRules[rule];
+  c.score = ScoreRule::named(name.substr(0, slash));
+  if (slash != std::string_view::npos) c.shortlist_score = ScoreRule::named(name.substr(slash + 1));
   return c;
 }
 
@@ -281,7 +284,7 @@ void BM_RuleSparseDecode(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
     positions += results[0].positions_read;
   });
-  state.SetLabel(std::string(config.score.name()));
+  state.SetLabel(kComparedRules[state.range(1)]);
   state.counters["positions_read"] =
       static_cast<double>(positions) / static_cast<double>(state.iterations());
   state.counters["summary_bytes_per_position"] =
@@ -301,7 +304,7 @@ void BM_RuleSelect(benchmark::State& state) {
     sparse.select(queries, KvHead<KvView<bf16>>{kv.view(c), &kv.summaries_for(config, c)});
     benchmark::DoNotOptimize(sparse.selected_blocks(0).data());
   });
-  state.SetLabel(std::string(config.score.name()));
+  state.SetLabel(kComparedRules[state.range(1)]);
 }
 
 /// The support that BM_SparseDecode's selection picks on each copy of the ring, computed once.

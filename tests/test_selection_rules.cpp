@@ -352,3 +352,93 @@ TEST_CASE("top-p budgets inside BlockSparseDecode: fewer blocks where the mass i
   REQUIRE(std::equal(op.selected_blocks(0).begin(), op.selected_blocks(0).end(),
                      op.selected_blocks(2).begin(), op.selected_blocks(2).end()));
 }
+
+TEST_CASE("twostage per group: one shortlist from the combined scores, rescored for every head",
+          "[selectors]") {
+  constexpr std::int64_t heads = 3, d = 16, block = 16;
+  for (int trial = 0; trial < 30; ++trial) {
+    const std::int64_t n = 600 + 37 * trial;
+    const test::TestCache<float> cache(n, d, 16, 3.0f);
+    SparseConfig config;
+    config.score = ScoreRule::two_stage;
+    config.scope = SelectionScope::per_group;
+    config.block_size = block;
+    config.top_k = 1 + trial % 4;
+    config.shortlist = 1 + trial % 3;
+    config.scale = 0.25f;
+    const auto summaries = BlockSummaries::build(cache.view(), block);
+    const auto queries = test::random_floats(heads * d);
+    const auto c = candidate_blocks(n, config);
+    const auto blocks = static_cast<std::size_t>(summaries.blocks());
+    // Per head: mean scores and true log-masses in double; the group's softmax-sum combination.
+    auto combine = [&](const std::vector<std::vector<double>>& per_head) {
+      std::vector<double> out(blocks, 0.0);
+      for (const auto& row : per_head) {
+        double max = -INFINITY, z = 0.0;
+        for (std::int64_t b = c.first; b < c.last; ++b) max = std::max(max, row[b]);
+        for (std::int64_t b = c.first; b < c.last; ++b) z += std::exp(row[b] - max);
+        for (std::int64_t b = c.first; b < c.last; ++b) out[b] += std::exp(row[b] - max) / z;
+      }
+      return out;
+    };
+    std::vector<std::vector<double>> mean(heads, std::vector<double>(blocks)), mass = mean;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const std::vector<float> q(queries.begin() + h * d, queries.begin() + (h + 1) * d);
+      const auto s = true_scores(cache, q, 0.25);
+      for (std::int64_t b = c.first; b < c.last; ++b) {
+        const std::int64_t lo = b * block, hi = std::min(n, lo + block);
+        mean[h][b] = std::accumulate(s.begin() + lo, s.begin() + hi, 0.0) / double(hi - lo);
+        double m = 0.0;
+        for (std::int64_t p = std::max(lo, c.kept_prefix); p < std::min(hi, c.kept_suffix_begin);
+             ++p)
+          m += std::exp(s[p]);
+        mass[h][b] = std::log(m);
+      }
+    }
+    const auto combined_mean = combine(mean);
+    const auto shortlist =
+        best_of(range(c.first, c.last), combined_mean, *config.shortlist * config.top_k);
+    for (auto& row : mass) {  // outside the shortlist: no mass
+      for (std::int64_t b = c.first; b < c.last; ++b)
+        if (std::find(shortlist.begin(), shortlist.end(), b) == shortlist.end()) row[b] = -INFINITY;
+    }
+    const auto combined_mass = combine(mass);
+    BlockSparseDecode<> op(config);
+    op.select(Eigen::Map<const RowMatrix>(queries.data(), heads, d),
+              KvHead<KvView<float>>{cache.view(), &summaries});
+    const std::vector<std::int64_t> got(op.selected_blocks(0).begin(), op.selected_blocks(0).end());
+    CAPTURE(trial);
+    require_same_up_to_ties(got, best_of(shortlist, combined_mass, config.top_k), combined_mass,
+                            1e-5);
+  }
+}
+
+TEST_CASE("twostage shortlists by the rule shortlist_score names", "[selectors]") {
+  // With the channel bound as the first stage, every block kept is among the shortlist * k
+  // best by the bound (the bound's own scores are tested against double precision elsewhere).
+  for (int trial = 0; trial < 20; ++trial) {
+    const std::int64_t n = 900 + 41 * trial;
+    const test::TestCache<float> cache(n, 16, 16, 3.0f);
+    SparseConfig config;
+    config.score = ScoreRule::two_stage;
+    config.shortlist_score = ScoreRule::channel_bound;
+    config.shortlist = 2;
+    config.top_k = 1 + trial % 4;
+    config.scale = 0.25f;
+    const auto summaries = BlockSummaries::build(cache.view(), 16, required_summaries(config));
+    REQUIRE(summaries.options().channel_bounds);  // what the first stage reads
+    const auto q = test::random_floats(16);
+    std::vector<float> scaled(q);
+    for (float& x : scaled) x *= 0.25f;
+    const auto c = candidate_blocks(n, config);
+    std::vector<float> bound(static_cast<std::size_t>(summaries.blocks()));
+    ChannelBoundSelector::score(BlockScoringInput{scaled, summaries, c}, bound);
+    const std::vector<double> bound_d(bound.begin(), bound.end());
+    const auto shortlist = best_of(range(c.first, c.last), bound_d, 2 * config.top_k);
+    const auto got = select_with(config, cache, summaries, q);
+    CAPTURE(trial);
+    REQUIRE(static_cast<std::int64_t>(got.size()) == config.top_k);
+    for (const auto b : got)
+      REQUIRE(std::find(shortlist.begin(), shortlist.end(), b) != shortlist.end());
+  }
+}

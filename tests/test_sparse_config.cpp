@@ -38,6 +38,8 @@ SparseConfig random_config(std::mt19937_64& rng) {
     c.top_p = std::uniform_real_distribution<double>(1e-6, 1.0)(rng);
   }
   if (pick(0, 1)) c.shortlist = pick(1, 64);
+  if (pick(0, 1))
+    c.shortlist_score = pick(0, 1) ? ScoreRule::channel_bound : ScoreRule::mean_pooled;
   if (c.score == ScoreRule::sub_block_means || pick(0, 1)) {
     // A divisor of block_size (what the sub-block-means rule requires).
     std::vector<std::int64_t> divisors;
@@ -103,6 +105,9 @@ TEST_CASE("bad settings are refused naming the setting and the value", "[config]
       {"top_p=0.9 target_eps=0.1", {"top_p and target_eps", "set one"}},
       {"shortlist=0", {"shortlist", "an integer >= 1", "'0'"}},
       {"sub_blocks=0", {"sub_blocks", "an integer >= 1", "'0'"}},
+      {"shortlist_score=oracle", {"shortlist_score", "reads only summaries", "'oracle'"}},
+      {"shortlist_score=twostage", {"shortlist_score", "mean|bound|submean", "'twostage'"}},
+      {"shortlist_score=quest", {"shortlist_score", "'quest'"}},
       {"score=submean sub_blocks=3", {"score submean keeps 3 sub-blocks", "block_size 16"}},
       {"score=submean block_size=6", {"score submean keeps 4 sub-blocks", "block_size 6"}},
       {"topk=3", {"no setting 'topk'", "top_k"}},

@@ -293,6 +293,7 @@ std::vector<RetrievalProbeResult> run_retrieval_probe(const RetrievalProbeOption
         config.window = options.window;
         config.shortlist = options.shortlist;
         config.sub_blocks = options.sub_blocks;
+        config.shortlist_score = options.shortlist_score;
         config.score = s;
         operators.emplace_back(config);
       }

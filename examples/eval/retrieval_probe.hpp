@@ -38,6 +38,7 @@ struct RetrievalProbeOptions {
   /// --shortlist and --sub-blocks: the two-stage and sub-block-means rules' settings (unset:
   /// the library's defaults, SparseConfig).
   std::optional<std::int64_t> shortlist, sub_blocks;
+  std::optional<ScoreRule> shortlist_score;  ///< --shortlist-score
   /// --selectors: mean (the method), bound (channel bound, Quest-style), oracle (true mass).
   std::vector<ScoreRule> selectors{ScoreRule::mean_pooled, ScoreRule::channel_bound,
                                    ScoreRule::oracle};

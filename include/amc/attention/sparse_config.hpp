@@ -117,9 +117,11 @@ struct SparseConfig {
   /// best-scoring blocks whose estimated mass, the softmax of the scores over the candidate
   /// blocks, reaches top_p; at most top_k of them. Unset: always top_k.
   std::optional<double> top_p;
-  /// The two-stage rule ("twostage") shortlists shortlist * k blocks by mean pooling and
-  /// rescores them from their keys; unset: kDefaultShortlist.
+  /// The two-stage rule ("twostage") shortlists shortlist * k blocks by the rule
+  /// shortlist_score and rescores them from their keys; unset: kDefaultShortlist.
   std::optional<std::int64_t> shortlist;
+  /// The two-stage rule's first stage: a rule that reads only summaries; unset: mean pooling.
+  std::optional<ScoreRule> shortlist_score;
   /// The sub-block-means rule ("submean") keeps this many means per block (dividing
   /// block_size); unset: kDefaultSubBlocks.
   std::optional<std::int64_t> sub_blocks;
@@ -128,6 +130,9 @@ struct SparseConfig {
   static constexpr std::int64_t kDefaultSubBlocks = 4;
   std::int64_t shortlist_or_default() const { return shortlist.value_or(kDefaultShortlist); }
   std::int64_t sub_blocks_or_default() const { return sub_blocks.value_or(kDefaultSubBlocks); }
+  ScoreRule shortlist_score_or_default() const {
+    return shortlist_score.value_or(ScoreRule::mean_pooled);
+  }
   /// The most blocks one selection keeps: top_k, or max_k (unset: every candidate) when
   /// adaptive. What a two-stage rule sizes its shortlist by.
   std::int64_t most_blocks() const {
@@ -160,6 +165,11 @@ struct SparseConfig {
               shortlist ? *shortlist : 0);
     AMC_CHECK(!sub_blocks || *sub_blocks >= 1, where, "sub_blocks must be >= 1, got ",
               sub_blocks ? *sub_blocks : 0);
+    if (shortlist_score) {
+      const RuleInfo& first = shortlist_score->info();  // throws for an unregistered name
+      AMC_CHECK(!first.reads_keys, where, "shortlist_score must be a rule that reads only "
+                "summaries (a cheap first stage), got ", first.name);
+    }
     const RuleInfo& rule = score.info();
     const std::int64_t rule_sub_blocks = rule.summaries ? rule.summaries(*this).sub_blocks : 0;
     AMC_CHECK(rule_sub_blocks == 0 || block_size % rule_sub_blocks == 0, where, "score ",
@@ -233,6 +243,16 @@ std::string setting_number_text(T value) {
 inline std::string rule_choices() {
   std::string out;
   for (const RuleInfo& rule : registered_rules()) {
+    if (!out.empty()) out += '|';
+    out += rule.name;
+  }
+  return out;
+}
+
+inline std::string summary_rule_choices() {
+  std::string out;
+  for (const RuleInfo& rule : registered_rules()) {
+    if (rule.reads_keys) continue;
     if (!out.empty()) out += '|';
     out += rule.name;
   }
@@ -337,6 +357,21 @@ inline std::span<const SparseSetting> sparse_settings() {
          const auto n = parse_setting_number<std::int64_t>("shortlist", t, "an integer >= 1");
          if (n < 1) bad_setting("shortlist", "an integer >= 1", t);
          c.shortlist = n;
+       }},
+      {"shortlist_score",
+       "score twostage: the first stage's rule, one that reads only summaries (unset: mean)",
+       SettingKind::name, true,
+       [](const SparseConfig& c) {
+         return c.shortlist_score ? std::string(c.shortlist_score->name()) : std::string();
+       },
+       [](SparseConfig& c, std::string_view t) {
+         if (t.empty()) return c.shortlist_score.reset();
+         const RuleInfo* rule = find_rule_or_null(t);
+         if (rule == nullptr || rule->reads_keys) {
+           bad_setting("shortlist_score", "a rule that reads only summaries: " +
+                       detail::summary_rule_choices(), t);
+         }
+         c.shortlist_score = ScoreRule::named(t);
        }},
       {"sub_blocks", "score submean: sub-block means per block, dividing block_size (unset: 4)",
        SettingKind::integer, true,

@@ -1,5 +1,6 @@
 // Turning block scores into a selection: the k best blocks (select_top_k), or the fewest best
-// blocks that hold a share p of the estimated mass (select_top_p, the adaptive budget).
+// blocks that hold a share p of the estimated mass (select_top_p, the adaptive budget); and the
+// heads' scores of a GQA group combined into one ranking (combine_group_scores).
 #pragma once
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "amc/attention/selection_input.hpp"
+#include "amc/attention/sparse_config.hpp"
 #include "amc/kernels/kernel_table.hpp"
 
 namespace amc {
@@ -109,6 +111,36 @@ inline void select_top_p(std::span<const float> scores, const CandidateBlocks& c
   while (needed < selected.size() && kept < p * total) kept += mass(selected[needed++]);
   selected.resize(needed);
   std::sort(selected.begin(), selected.end());
+}
+
+/// Per-group combination: each row of `head_scores` ([heads, blocks]) becomes a softmax over the
+/// candidate blocks; `combined[b]` is their sum or max over heads. NaN scores count as -inf.
+/// Scores of non-candidate blocks are left untouched. `scratch` holds one row of candidates.
+inline void combine_group_scores(std::span<const float> head_scores, std::int64_t heads,
+                                 std::int64_t blocks, const CandidateBlocks& candidates,
+                                 GroupCombine combine, std::span<float> combined,
+                                 std::vector<float>& scratch) {
+  const auto& table = kernels::active();
+  const std::int64_t count = candidates.count();
+  float* out = combined.data() + candidates.first;
+  std::fill(out, out + count, 0.0f);
+  scratch.resize(static_cast<std::size_t>(count));
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const float* row = head_scores.data() + h * blocks + candidates.first;
+    float* weights = scratch.data();
+    for (std::int64_t b = 0; b < count; ++b) {  // branchless, so it vectorises
+      weights[b] = row[b] == row[b] ? row[b] : -std::numeric_limits<float>::infinity();
+    }
+    const float max = table.max(scratch.data(), count);
+    if (!std::isfinite(max)) continue;  // this head prefers nothing: it contributes nothing
+    const float inverse_sum = 1.0f / table.exp_sum(scratch.data(), count, max);
+    if (combine == GroupCombine::sum) {
+      table.axpy[kernels::index_of(StorageType::f32)](inverse_sum, scratch.data(), out, count);
+    } else {
+      for (std::int64_t b = 0; b < count; ++b)
+        out[b] = std::max(out[b], scratch[static_cast<std::size_t>(b)] * inverse_sum);
+    }
+  }
 }
 
 }  // namespace amc

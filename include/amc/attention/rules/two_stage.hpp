@@ -1,4 +1,5 @@
-// The two-stage rule ("twostage"): mean pooling shortlists the shortlist * k best blocks
+// The two-stage rule ("twostage"): a cheap rule that reads only summaries (mean pooling unless
+// SparseConfig::shortlist_score names another) shortlists the shortlist * k best blocks
 // (SparseConfig::shortlist; k the most blocks one selection keeps), and a second stage scores
 // the shortlisted blocks from their keys, by their true log-mass as the oracle computes it.
 // Every other block scores -inf, so a selection keeps the k blocks of largest true mass within
@@ -7,10 +8,15 @@
 // Why: mean pooling lifts a block by only Delta / block_size for a key that beats the block's
 // others by Delta (THEORY.md section 4), so the block holding the one key a decision needs
 // tends to rank just outside the top k, not far outside it; reading the shortlist's keys sees
-// that key at full strength. Cost per head and step: the mean scores, plus the scores of
-// shortlist * k * block_size keys (keys only; attending k blocks reads keys and values).
+// that key at full strength. Cost per step: the first stage's, plus the scores of shortlist *
+// k * block_size keys (keys only; attending k blocks reads keys and values): per query head
+// with per-head scope, and once for the group with per-group scope, where the heads' first-stage
+// scores are combined (SparseConfig::combine) into one shortlist whose keys are read once and
+// scored for every head.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -18,7 +24,6 @@
 #include <vector>
 
 #include "amc/attention/rule_info.hpp"
-#include "amc/attention/rules/mean_pooled.hpp"
 #include "amc/attention/rules/oracle.hpp"
 #include "amc/attention/selection_input.hpp"
 #include "amc/attention/top_k.hpp"
@@ -27,8 +32,16 @@ namespace amc {
 
 class TwoStageRule final : public BlockRule {
  public:
+  /// \param first_stage      the shortlisting rule
   /// \param shortlist_blocks blocks the first stage keeps (>= 0)
-  explicit TwoStageRule(std::int64_t shortlist_blocks) : shortlist_blocks_(shortlist_blocks) {}
+  /// \param scope            per group: one shortlist for the group's heads
+  /// \param combine          how per-group scope combines the heads' first-stage scores
+  TwoStageRule(std::unique_ptr<BlockRule> first_stage, std::int64_t shortlist_blocks,
+               SelectionScope scope, GroupCombine combine)
+      : first_stage_(std::move(first_stage)),
+        shortlist_blocks_(shortlist_blocks),
+        shared_shortlist_(scope == SelectionScope::per_group),
+        combine_(combine) {}
 
   /// shortlist * k for `config`, saturating (adaptive selection without max_k may keep every
   /// block: then every candidate is rescored, as the oracle does).
@@ -42,14 +55,16 @@ class TwoStageRule final : public BlockRule {
 
   void score(const BlockScoringInput& in, const KeyRows& keys,
              std::span<float> scores) const override {
-    MeanPooledSelector::score(in, scores);
+    first_stage_->score(in, keys, scores);
     rescore_shortlist(in, keys, scores);
   }
 
-  /// The first stage for all heads in one pass over the mean keys, then each head's shortlist.
+  /// The first stage for all heads (one pass over the summaries where the rule can), then
+  /// each head's shortlist.
   void score_group(const GroupScoringInput& in, const KeyRows& keys,
                    std::span<float> scores) const override {
-    MeanPooledSelector::score_group(in, scores);
+    first_stage_->score_group(in, keys, scores);
+    if (shared_shortlist_) return rescore_group_shortlist(in, keys, scores);
     const auto blocks = static_cast<std::size_t>(in.summaries.blocks());
     const auto head_dim = static_cast<std::size_t>(in.summaries.head_dim());
     for (std::int64_t h = 0; h < in.heads; ++h) {
@@ -60,6 +75,37 @@ class TwoStageRule final : public BlockRule {
   }
 
  private:
+  /// One shortlist for the group from the combined first-stage scores; its keys are read once
+  /// and scored for every head. scores: [heads, blocks].
+  void rescore_group_shortlist(const GroupScoringInput& in, const KeyRows& keys,
+                               std::span<float> scores) const {
+    thread_local std::vector<std::int64_t> shortlist;
+    thread_local std::vector<float> combined, scratch, key_scores;
+    const CandidateBlocks& c = in.candidates;
+    const std::int64_t blocks = in.summaries.blocks();
+    const std::int64_t block_size = in.summaries.block_size();
+    combined.resize(static_cast<std::size_t>(blocks));
+    combine_group_scores(scores, in.heads, blocks, c, combine_, combined, scratch);
+    select_top_k(combined, c, shortlist_blocks_, shortlist);
+    for (std::int64_t h = 0; h < in.heads; ++h) {
+      std::fill(scores.begin() + h * blocks + c.first, scores.begin() + h * blocks + c.last,
+                -std::numeric_limits<float>::infinity());
+    }
+    key_scores.resize(static_cast<std::size_t>(in.heads * block_size));
+    const auto& table = kernels::active();
+    for (const std::int64_t b : shortlist) {
+      const std::int64_t begin = std::max(b * block_size, c.kept_prefix);
+      const std::int64_t end = std::min((b + 1) * block_size, c.kept_suffix_begin);
+      keys.score(in.queries, in.heads, begin, end, key_scores.data(), block_size);
+      for (std::int64_t h = 0; h < in.heads; ++h) {
+        float* row = key_scores.data() + h * block_size;
+        const float max = table.max(row, end - begin);
+        scores[static_cast<std::size_t>(h * blocks + b)] =
+            max + std::log(table.exp_sum(row, end - begin, max));
+      }
+    }
+  }
+
   void rescore_shortlist(const BlockScoringInput& in, const KeyRows& keys,
                          std::span<float> scores) const {
     // Scratch per thread: one rule serves every thread, and this runs once per head and step.
@@ -75,15 +121,25 @@ class TwoStageRule final : public BlockRule {
     }
   }
 
+  std::unique_ptr<BlockRule> first_stage_;
   std::int64_t shortlist_blocks_;
+  bool shared_shortlist_;
+  GroupCombine combine_;
 };
 
 inline RuleInfo two_stage_rule_info() {
   return {"twostage",
-          "mean pooling shortlists shortlist x k blocks; the k of largest true mass among them, "
-          "scored from their keys",
-          nullptr, true, [](const SparseConfig& config) -> std::unique_ptr<BlockRule> {
-            return std::make_unique<TwoStageRule>(TwoStageRule::shortlist_blocks(config));
+          "shortlist_score (mean unless set) shortlists shortlist x k blocks; the k of largest "
+          "true mass among them, scored from their keys",
+          [](const SparseConfig& config) {
+            const RuleInfo& first = config.shortlist_score_or_default().info();
+            return first.summaries ? first.summaries(config) : SummaryOptions{};
+          },
+          true,
+          [](const SparseConfig& config) -> std::unique_ptr<BlockRule> {
+            return std::make_unique<TwoStageRule>(
+                config.shortlist_score_or_default().info().make(config),
+                TwoStageRule::shortlist_blocks(config), config.scope, config.combine);
           }};
 }
 
