@@ -471,8 +471,10 @@ void BM_SummaryAppend(benchmark::State& state) {
     keys[i] = to_bf16(normal(rng));
     values[i] = to_bf16(normal(rng));
   }
-  const SummaryOptions options{.channel_bounds = state.range(0) != 0,
-                               .value_norms = state.range(0) != 0};
+  // summaries 0: means only; 1: channel bounds and value norms; 2: 4 sub-block means
+  const SummaryOptions options{.channel_bounds = state.range(0) == 1,
+                               .value_norms = state.range(0) == 1,
+                               .sub_blocks = state.range(0) == 2 ? 4 : 0};
   BlockSummaries summaries(32, kHeadDim, options);
   summaries.reserve(capacity);
   std::int64_t p = 0;
@@ -591,9 +593,10 @@ int main(int argc, char** argv) {
       ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("BM_MemoryLatency", BM_MemoryLatency)->Unit(benchmark::kNanosecond);
   benchmark::RegisterBenchmark("BM_SummaryAppend", BM_SummaryAppend)
-      ->ArgName("all_stats")
+      ->ArgName("summaries")
       ->Arg(0)
-      ->Arg(1);
+      ->Arg(1)
+      ->Arg(2);
   for (const std::int64_t n : {16384, 65536}) {
     for (const std::int64_t threads : {1, 2}) {
       benchmark::RegisterBenchmark("BM_LayerDenseDecode", BM_LayerDenseDecode)
