@@ -58,8 +58,8 @@ class ScoreRule {
   static const ScoreRule mean_pooled;      ///< "mean": c <q, mean key>
   static const ScoreRule channel_bound;    ///< "bound": c sum_i max(q_i min_i, q_i max_i)
   static const ScoreRule oracle;           ///< "oracle": the true block mass; reads every key
-  static const ScoreRule two_stage;        ///< "twostage": mean shortlist, rescored from keys
-  static const ScoreRule sub_block_means;  ///< "submean": logsumexp of sub-block mean scores
+  static const ScoreRule two_stage;        ///< "twostage": a shortlist rescored from its keys
+  static const ScoreRule sub_block_means;  ///< "submean": the best sub-block mean score
 
  private:
   constexpr explicit ScoreRule(std::string_view name) : name_(name) {}
@@ -167,8 +167,10 @@ struct SparseConfig {
               sub_blocks ? *sub_blocks : 0);
     if (shortlist_score) {
       const RuleInfo& first = shortlist_score->info();  // throws for an unregistered name
-      AMC_CHECK(!first.reads_keys, where, "shortlist_score must be a rule that reads only "
-                "summaries (a cheap first stage), got ", first.name);
+      AMC_CHECK(!first.reads_keys, where,
+                "shortlist_score must be a rule that reads only "
+                "summaries (a cheap first stage), got ",
+                first.name);
     }
     const RuleInfo& rule = score.info();
     const std::int64_t rule_sub_blocks = rule.summaries ? rule.summaries(*this).sub_blocks : 0;
@@ -349,7 +351,8 @@ inline std::span<const SparseSetting> sparse_settings() {
          if (!(x > 0.0 && x <= 1.0)) bad_setting("top_p", "a number in (0, 1]", t);
          c.top_p = x;
        }},
-      {"shortlist", "score twostage: blocks shortlisted by mean pooling per block kept (unset: 4)",
+      {"shortlist",
+       "score twostage: blocks shortlisted by shortlist_score per block kept (unset: 4)",
        SettingKind::integer, true,
        [](const SparseConfig& c) { return c.shortlist ? setting_number_text(*c.shortlist) : ""; },
        [](SparseConfig& c, std::string_view t) {
@@ -368,8 +371,8 @@ inline std::span<const SparseSetting> sparse_settings() {
          if (t.empty()) return c.shortlist_score.reset();
          const RuleInfo* rule = find_rule_or_null(t);
          if (rule == nullptr || rule->reads_keys) {
-           bad_setting("shortlist_score", "a rule that reads only summaries: " +
-                       detail::summary_rule_choices(), t);
+           bad_setting("shortlist_score",
+                       "a rule that reads only summaries: " + detail::summary_rule_choices(), t);
          }
          c.shortlist_score = ScoreRule::named(t);
        }},
