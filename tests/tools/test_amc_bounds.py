@@ -151,6 +151,7 @@ def check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, extra, label):
         check(record["value_bound"] * (1 + 1e-12) >= error, f"{label} head {h}: value bound below error")
         check(record["certified_omitted_mass_bound"] >= eps, f"{label} head {h}: certified eps {record['certified_omitted_mass_bound']} < {eps}")
         check(record["certified_error_bound"] >= error, f"{label} head {h}: certified error below error")
+        check(len(blocks) <= cfg["top_k"] or cfg["adaptive"], f"{label} head {h}: more blocks than top_k")
         if cfg["adaptive"]:
             met = record["certified_omitted_mass_bound"] <= cfg["target_eps"]
             cap = cfg["max_k"]
@@ -241,6 +242,16 @@ def main():
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--target-eps", "0.001", "--max-k", "2", "--scope", "group"],
                       f"{dtype} adaptive capped group")
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, [], f"{dtype} defaults")
+            # The rules of issue 16: the analysis and the certified bounds hold for what they chose.
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--score", "twostage", "--shortlist", "2"],
+                      f"{dtype} twostage")
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype,
+                      base + ["--score", "twostage", "--shortlist-score", "bound", "--scope", "group"],
+                      f"{dtype} twostage bound group")
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--score", "submean", "--sub-blocks", "2"],
+                      f"{dtype} submean")
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, ["--block-size", "8", "--top-k", "6", "--sinks", "2", "--window", "16", "--top-p", "0.5"],
+                      f"{dtype} top-p")
             table = run(tool, [path])
             check(table.returncode == 0 and "omitted" in table.stdout, f"{dtype}: table output")
 
