@@ -254,14 +254,20 @@ void BM_Select(benchmark::State& state) {
 }
 
 /// The selection settings BM_RuleSparseDecode and BM_RuleSelect compare (issue 16), by their
-/// argument, on sparse_config(): "score" or "score/first stage" (two-stage rules; shortlist 4).
-const char* const kComparedRules[] = {"mean",           "bound",   "twostage/mean",
-                                      "twostage/bound", "submean", "oracle"};
+/// argument, on sparse_config(): "score", "score/first stage" (two-stage rules, shortlist 4),
+/// and ":S" for S sub-block means (submean, as a rule or a first stage; 4 unless given).
+const char* const kComparedRules[] = {
+    "mean",   "bound",     "twostage/mean",      "twostage/bound",     "submean",
+    "oracle", "submean:8", "twostage/submean:8", "twostage/submean:16"};
 
 SparseConfig rule_config(std::int64_t rule) {
-  const std::string_view name = kComparedRules[rule];
-  const std::size_t slash = name.find('/');
+  std::string_view name = kComparedRules[rule];
   SparseConfig c = sparse_config();
+  if (const std::size_t colon = name.find(':'); colon != std::string_view::npos) {
+    c.sub_blocks = std::stoll(std::string(name.substr(colon + 1)));
+    name = name.substr(0, colon);
+  }
+  const std::size_t slash = name.find('/');
   c.score = ScoreRule::named(name.substr(0, slash));
   if (slash != std::string_view::npos) c.shortlist_score = ScoreRule::named(name.substr(slash + 1));
   return c;

@@ -175,17 +175,33 @@ def pure_copies(length, generator):
     return torch.tensor(list(data)), torch.tensor(weights[:length + 1])
 
 
+def repeated_string(length, generator):
+    """One random string over one of PURE_COPY_ALPHABETS and its exact repeat: the induction
+    test of EXPERIMENTS.md, where the model first learns to copy (the curriculum's first
+    phase). The repeat's bytes after its first are weighted; nothing else is."""
+    half = (length + 2) // 2
+    alphabet = PURE_COPY_ALPHABETS[randint(generator, 0, len(PURE_COPY_ALPHABETS))]
+    text = random_bytes(generator, alphabet, half)
+    ids = torch.tensor(list(text + text)[:length + 1])
+    weights = torch.zeros(length + 1)
+    weights[half + 1:] = 1.0
+    return ids, weights
+
+
 def batch(stream, length, count, generator, mix):
     """[count, length + 1] token ids and [count, length] loss weights (of the targets).
 
-    mix: probabilities of (pure copies, code with inserts, plain code); the number of records
-    and copies in a code window grows with its length (one of each per 512 bytes on average)."""
+    mix: probabilities of (repeated strings, pure copies, code with inserts, plain code); the
+    number of records and copies in a code window grows with its length (one of each per 512
+    bytes on average)."""
     rows, masks = [], []
     for _ in range(count):
         u = float(torch.rand((), generator=generator))
         if u < mix[0]:
-            ids, w = pure_copies(length, generator)
+            ids, w = repeated_string(length, generator)
         elif u < mix[0] + mix[1]:
+            ids, w = pure_copies(length, generator)
+        elif u < mix[0] + mix[1] + mix[2]:
             per = max(1, length // 512)
             ids, w = augmented_code(stream, length, generator,
                                     records=randint(generator, 1, 2 * per + 1),

@@ -43,16 +43,19 @@ _spec.loader.exec_module(tiny_train)
 CORPUS_ROOT, split_corpus, export_folder = (tiny_train.CORPUS_ROOT, tiny_train.split_corpus,
                                             tiny_train.export_folder)
 
-# The curriculum: (first step, context, sequences per step, mix of pure copies / code with
-# records and copies / plain code). Copying is learned first on short sequences where it is
-# most of what there is to learn; then code takes over and the context grows to 4096, where
-# records and copies sit up to 4000 positions apart.
+# The curriculum: (first step, context, sequences per step, mix of repeated strings / pure
+# copies / code with records and copies / plain code). Induction first, on a random string and
+# its repeat, where the model learns to copy within about 150 steps (induction_test.py,
+# EXPERIMENTS.md); then short sequences where copying is most of what there is to learn; then
+# code takes over and the context grows to 4096, where records and copies sit up to 4000
+# positions apart.
 PHASES = [
-    (0, 256, 48, (0.5, 0.4, 0.1)),
-    (250, 512, 24, (0.2, 0.6, 0.2)),
-    (600, 1024, 12, (0.05, 0.6, 0.35)),
-    (1000, 2048, 6, (0.0, 0.6, 0.4)),
-    (1350, 4096, 3, (0.0, 0.6, 0.4)),
+    (0, 256, 24, (1.0, 0.0, 0.0, 0.0)),
+    (150, 256, 48, (0.2, 0.3, 0.4, 0.1)),
+    (300, 512, 24, (0.1, 0.1, 0.6, 0.2)),
+    (600, 1024, 12, (0.0, 0.05, 0.6, 0.35)),
+    (1000, 2048, 6, (0.0, 0.0, 0.6, 0.4)),
+    (1350, 4096, 3, (0.0, 0.0, 0.6, 0.4)),
 ]
 STEPS = 1600
 
@@ -193,7 +196,7 @@ def export(args):
         "files": len(files), "train_tokens_available": stream.numel(),
         "validation_tokens": valid.numel(), "parameters": params, "steps": STEPS,
         "phases": [{"first_step": p[0], "context": p[1], "sequences": p[2],
-                    "mix_pure_copies_code_with_inserts_plain_code": list(p[3])}
+                    "mix_repeats_pure_copies_code_with_inserts_plain_code": list(p[3])}
                    for p in PHASES],
         "peak_lr": args.lr, "warmup": args.warmup, "seed": args.seed, "threads": args.threads,
         "tokens_seen": sum(r["tokens"] for r in rows), "seconds": last["seconds"],
