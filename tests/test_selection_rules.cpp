@@ -442,3 +442,22 @@ TEST_CASE("twostage shortlists by the rule shortlist_score names", "[selectors]"
       REQUIRE(std::find(shortlist.begin(), shortlist.end(), b) != shortlist.end());
   }
 }
+
+TEST_CASE("operators check the summaries the rule reads, and only RuleSelector's rule",
+          "[selectors]") {
+  const test::TestCache<float> cache(500, 16);
+  const auto means = BlockSummaries::build(cache.view(), 16);
+  const auto q = test::random_floats(16);
+  const Eigen::Map<const RowMatrix> query(q.data(), 1, 16);
+  SparseConfig config;
+  config.score = ScoreRule::sub_block_means;
+  BlockSparseDecode<> rule(config);
+  REQUIRE_THROWS_WITH(
+      rule.select(query, KvHead<KvView<float>>{cache.view(), &means}),
+      Catch::Contains("score submean reads summaries with channel_bounds=0 "
+                      "value_norms=0 sub_blocks=4") &&
+          Catch::Contains("built with channel_bounds=0 value_norms=0 sub_blocks=0"));
+  // A template selector brings its own needs: config.score does not apply to it.
+  BlockSparseDecode<MeanPooledSelector> plain(config, MeanPooledSelector{});
+  REQUIRE_NOTHROW(plain.select(query, KvHead<KvView<float>>{cache.view(), &means}));
+}

@@ -249,7 +249,13 @@ class BlockSparseDecode {
   BlockSparseDecode(const SparseConfig& config, Selector selector)
       : config_(config), selector_(std::move(selector)) {
     config_.validate();
-    required_ = required_summaries(config_);
+    // config.score names the rule only for RuleSelector; other selectors bring their own needs
+    // (and check them as they read), adaptive selection its bound's.
+    if constexpr (std::same_as<Selector, RuleSelector>) {
+      required_ = required_summaries(config_);
+    } else if (config_.adaptive()) {
+      required_ = {.channel_bounds = true, .value_norms = true};
+    }
   }
 
   const SparseConfig& config() const { return config_; }
@@ -455,7 +461,7 @@ class BlockSparseDecode {
   }
 
   SparseConfig config_;
-  SummaryOptions required_;  // required_summaries(config_)
+  SummaryOptions required_;  // what select() checks the summaries for
   Selector selector_;
   detail::DecodeWorkspace workspace_;
   std::span<float> scores_of(std::int64_t head, std::int64_t blocks) {
