@@ -175,17 +175,26 @@ def pure_copies(length, generator):
     return torch.tensor(list(data)), torch.tensor(weights[:length + 1])
 
 
-def repeated_string(length, generator):
-    """One random string over one of PURE_COPY_ALPHABETS and its exact repeat: the induction
-    test of EXPERIMENTS.md, where the model first learns to copy (the curriculum's first
-    phase). The repeat's bytes after its first are weighted; nothing else is."""
-    half = (length + 2) // 2
-    alphabet = PURE_COPY_ALPHABETS[randint(generator, 0, len(PURE_COPY_ALPHABETS))]
-    text = random_bytes(generator, alphabet, half)
-    ids = torch.tensor(list(text + text)[:length + 1])
-    weights = torch.zeros(length + 1)
-    weights[half + 1:] = 1.0
-    return ids, weights
+def repeated_string(length, generator, alphabet=None):
+    """A random string over one of PURE_COPY_ALPHABETS, 16 to half the sequence long, placed
+    twice at random positions in random filler of the same alphabet: the curriculum's first
+    phase, where the model learns to copy. Its length and both positions vary from row to row,
+    so that only matching by content predicts the repeat (with a fixed distance the model
+    learns a positional head instead: EXPERIMENTS.md). The repeat's bytes after its first are
+    weighted; nothing else is."""
+    n = length + 1
+    if alphabet is None:
+        alphabet = PURE_COPY_ALPHABETS[randint(generator, 0, len(PURE_COPY_ALPHABETS))]
+    size = randint(generator, 16, n // 2 + 1)
+    first = randint(generator, 0, n - 2 * size + 1)
+    second = randint(generator, first + size, n - size + 1)
+    text = random_bytes(generator, alphabet, size)
+    sequence = bytearray(random_bytes(generator, alphabet, n))
+    sequence[first:first + size] = text
+    sequence[second:second + size] = text
+    weights = torch.zeros(n)
+    weights[second + 1:second + size] = 1.0
+    return torch.tensor(list(sequence)), weights
 
 
 def batch(stream, length, count, generator, mix):

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """The induction test of EXPERIMENTS.md: does a model of train.py's architecture learn to copy?
 
-Each sequence is a random string and its exact repeat; the loss counts only the repeat, whose
-bytes after the first can be copied from the string. Separates the model and optimiser from
+Each sequence holds a random string twice, at random positions in random filler
+(data.repeated_string; --fixed: the string and its repeat back to back, half the context
+each, which a positional head can copy); the loss counts only the repeat, whose bytes after
+the first can be copied from the string. Separates the model and optimiser from
 the data mixture: a recipe whose model cannot pass this will not learn retrieval from code.
 
     /usr/bin/python3 tools/train_retrieval/induction_test.py --alphabets all,printable,letters \
@@ -24,8 +26,9 @@ import train  # noqa: E402
 from attention import chunked_causal_attention  # noqa: E402
 from model import Qwen2Tiny, TinyConfig  # noqa: E402
 
-ALPHABETS = {"all": torch.arange(256), "printable": torch.arange(32, 127),
-             "letters": torch.arange(97, 123)}
+import data  # noqa: E402
+
+ALPHABETS = {"all": data.ALL_BYTES, "printable": data.PRINTABLE, "letters": data.LETTERS}
 
 
 def main():
@@ -41,6 +44,8 @@ def main():
     parser.add_argument("--batch", type=int, default=18)
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--f32", action="store_true", help="no bf16 autocast")
+    parser.add_argument("--fixed", action="store_true",
+                        help="the repeat always at half the context (a fixed distance)")
     args = parser.parse_args()
     kinds = args.alphabets.split(",")
     for kind in kinds:
@@ -62,14 +67,20 @@ def main():
     for step in range(args.steps):
         for group in optimizer.param_groups:
             group["lr"] = args.lr * min(1.0, (step + 1) / args.warmup)
-        rows = []
+        rows, row_weights = [], []
         for r in range(args.batch):
             alphabet = ALPHABETS[kinds[r % len(kinds)]]
-            rows.append(alphabet[torch.randint(0, len(alphabet), (half + 1,), generator=generator)])
-        strings = torch.stack(rows)
-        ids = torch.cat([strings, strings], dim=1)[:, :args.context + 1]
-        weights = torch.zeros(args.batch, args.context)
-        weights[:, half + 1:] = 1.0  # targets of the repeat after its first byte
+            if args.fixed:
+                text = data.random_bytes(generator, alphabet, half + 1)
+                ids_row = torch.tensor(list(text + text)[:args.context + 1])
+                w = torch.zeros(args.context + 1)
+                w[half + 2:] = 1.0
+            else:
+                ids_row, w = data.repeated_string(args.context, generator, alphabet)
+            rows.append(ids_row)
+            row_weights.append(w[1:])  # weights of the targets
+        ids = torch.stack(rows)
+        weights = torch.stack(row_weights)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not args.f32):
             logits = model(ids[:, :-1])
         losses = F.cross_entropy(logits.float().flatten(0, 1), ids[:, 1:].flatten(),
