@@ -71,4 +71,19 @@ struct TestCache {
   }
 };
 
+/// c <q, k_j> in double over the stored keys: the independent reference selector tests compare
+/// with.
+inline std::vector<double> true_scores(const TestCache<float>& cache, const std::vector<float>& q,
+                                       double scale) {
+  std::vector<double> s(static_cast<std::size_t>(cache.positions));
+  for (std::int64_t p = 0; p < cache.positions; ++p) {
+    double dot = 0.0;
+    for (std::int64_t i = 0; i < cache.head_dim; ++i)
+      dot += static_cast<double>(q[static_cast<std::size_t>(i)]) *
+             cache.keys_f[static_cast<std::size_t>(p * cache.stride + i)];
+    s[static_cast<std::size_t>(p)] = scale * dot;
+  }
+  return s;
+}
+
 }  // namespace amc::test

@@ -12,18 +12,7 @@ using namespace amc;
 
 namespace {
 
-// c <q, k_j> in double over the stored keys.
-std::vector<double> true_scores(const test::TestCache<float>& cache, const std::vector<float>& q,
-                                double scale) {
-  std::vector<double> s(static_cast<std::size_t>(cache.positions));
-  for (std::int64_t p = 0; p < cache.positions; ++p) {
-    double dot = 0.0;
-    for (std::int64_t i = 0; i < cache.head_dim; ++i)
-      dot += static_cast<double>(q[i]) * cache.keys_f[p * cache.stride + i];
-    s[p] = scale * dot;
-  }
-  return s;
-}
+using test::true_scores;
 
 // Independent top-k: sort candidate blocks by (score desc, index asc).
 std::vector<std::int64_t> expected_top_k(const std::vector<double>& block_scores,

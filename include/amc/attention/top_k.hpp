@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "amc/attention/selection_input.hpp"
@@ -101,14 +102,18 @@ inline void select_top_p(std::span<const float> scores, const CandidateBlocks& c
   double total = 0.0;
   for (std::int64_t b = candidates.first; b < candidates.last; ++b) total += mass(b);
   if (!(total > 0.0) || !std::isfinite(total)) return;
-  // Best first (higher score, then lower index: select_top_k's order), until the share is met.
-  std::sort(selected.begin(), selected.end(), [&](std::int64_t a, std::int64_t b) {
-    const double ma = mass(a), mb = mass(b);
-    return ma > mb || (ma == mb && a < b);
+  // Best first (higher mass, then lower index: select_top_k's order), until the share is met;
+  // each kept block's mass computed once.
+  thread_local std::vector<std::pair<double, std::int64_t>> ranked;
+  ranked.clear();
+  for (const std::int64_t b : selected) ranked.emplace_back(mass(b), b);
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
   });
   double kept = 0.0;
   std::size_t needed = 0;
-  while (needed < selected.size() && kept < p * total) kept += mass(selected[needed++]);
+  while (needed < ranked.size() && kept < p * total) kept += ranked[needed++].first;
+  for (std::size_t i = 0; i < needed; ++i) selected[i] = ranked[i].second;
   selected.resize(needed);
   std::sort(selected.begin(), selected.end());
 }
