@@ -12,6 +12,11 @@
 //            --out DIR
 //   amc-eval retrieval --out DIR [--contexts 2048,8192 --block-sizes 8,16,32,64 --ks 2,8,20
 //            --depths ... --trials 64 --strength 6 ...]   (synthetic keys; no model)
+//   amc-eval passkey --model DIR --text FILE... --out DIR [--contexts 1024,2048,4096
+//            --depths 0.1,0.3,0.5,0.7,0.9 --trials 10 --supports 97,193,385
+//            --selectors mean,bound,oracle --digits 5 --seed 1] [--block-size --sinks --window
+//            --scope ...] [--threads N --kv-dtype ... --rope-angles ...]
+//            (a value planted in held-out code, retrieved with dense and sparse decoding)
 //
 // Results go to files in --out (see docs/reproduce.md), progress to stderr. Bad input: one line
 // on stderr, exit status 2.
@@ -28,6 +33,7 @@
 #include <thread>
 
 #include "mass_probe.hpp"
+#include "passkey_command.hpp"
 #include "retrieval_command.hpp"
 #include "sweep.hpp"
 
@@ -129,6 +135,7 @@ int main(int argc, char** argv) {
   });
 
   amc::eval::add_retrieval_command(app, run);
+  amc::eval::add_passkey_command(app, run);
 
   try {
     app.parse(argc, argv);

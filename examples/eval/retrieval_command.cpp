@@ -3,19 +3,17 @@
 
 #include <CLI/CLI.hpp>
 
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string_view>
-#include <system_error>
-#include <type_traits>
 #include <vector>
 
 #include "amc/attention/sparse_config.hpp"
 #include "amc/cli/sparse_options.hpp"
 #include "amc/error.hpp"
+#include "flag_values.hpp"
 #include "retrieval_report.hpp"
 
 namespace amc::eval {
@@ -23,48 +21,12 @@ namespace {
 
 constexpr const char* kWhere = "retrieval";
 
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
-  return text;
-}
-
-/// The whole of `text` as a number of type T, or an amc::error naming the flag.
 template <class T>
 T parse_number(std::string_view text, const char* flag) {
-  const std::string_view item = trim(text);
-  T value{};
-  const auto [end, status] = std::from_chars(item.data(), item.data() + item.size(), value);
-  if (item.empty() || status != std::errc{} || end != item.data() + item.size()) {
-    const char* kind = std::is_floating_point_v<T> ? "a number" : "an integer";
-    if (status == std::errc::result_out_of_range) kind = "a number in range";
-    detail::throw_error(kWhere, flag, ": expected ", kind, ", got '", std::string(text), "'");
-  }
-  return value;
+  return parse_flag_number<T>(text, kWhere, flag);
 }
 
-/// Comma-separated items, each parsed by `parse`.
-template <class Parse>
-auto parse_list(const std::string& text, Parse parse) {
-  std::vector<decltype(parse(std::string_view{}))> values;
-  std::string_view rest = text;
-  while (true) {
-    const std::size_t comma = rest.find(',');
-    values.push_back(parse(rest.substr(0, comma)));
-    if (comma == std::string_view::npos) break;
-    rest.remove_prefix(comma + 1);
-  }
-  return values;
-}
-
-ScoreRule parse_selector(std::string_view text) {
-  const std::string_view name = trim(text);
-  if (find_rule_or_null(name) == nullptr) {
-    detail::throw_error(kWhere, "--selectors: expected any of ", detail::rule_choices(),
-                        " (comma-separated), got '", std::string(text), "'");
-  }
-  return ScoreRule::named(name);
-}
+ScoreRule parse_selector(std::string_view text) { return parse_flag_selector(text, kWhere); }
 
 }  // namespace
 
@@ -73,12 +35,12 @@ RetrievalProbeOptions retrieval_options_from_flags(const RetrievalFlags& flags) 
   auto integers = [](const char* flag) {
     return [flag](std::string_view item) { return parse_number<std::int64_t>(item, flag); };
   };
-  options.contexts = parse_list(flags.contexts, integers("--contexts"));
-  options.block_sizes = parse_list(flags.block_sizes, integers("--block-sizes"));
-  options.ks = parse_list(flags.ks, integers("--ks"));
-  options.depths = parse_list(
+  options.contexts = parse_flag_list(flags.contexts, integers("--contexts"));
+  options.block_sizes = parse_flag_list(flags.block_sizes, integers("--block-sizes"));
+  options.ks = parse_flag_list(flags.ks, integers("--ks"));
+  options.depths = parse_flag_list(
       flags.depths, [](std::string_view item) { return parse_number<double>(item, "--depths"); });
-  options.selectors = parse_list(flags.selectors, parse_selector);
+  options.selectors = parse_flag_list(flags.selectors, parse_selector);
   options.trials = parse_number<std::int64_t>(flags.trials, "--trials");
   options.strength = parse_number<double>(flags.strength, "--strength");
   options.seed = parse_number<std::uint64_t>(flags.seed, "--seed");
