@@ -43,6 +43,11 @@ def main():
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch", type=int, default=18)
     parser.add_argument("--context", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--kv-heads", type=int, default=0, help="0: a third of the heads")
+    parser.add_argument("--code-share", type=float, default=0.0,
+                        help="share of rows that are plain code windows (trained on, not "
+                             "reported), where n-gram statistics reward previous-token heads")
     parser.add_argument("--f32", action="store_true", help="no bf16 autocast")
     parser.add_argument("--fixed", action="store_true",
                         help="the repeat always at half the context (a fixed distance)")
@@ -52,16 +57,18 @@ def main():
         if kind not in ALPHABETS:
             sys.exit(f"induction_test.py: unknown alphabet {kind!r} (known: {', '.join(ALPHABETS)})")
     train.keep_freed_memory()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     heads = args.width // 64
     config = TinyConfig(hidden_size=args.width, intermediate_size=args.width * 8 // 3 // 64 * 64,
                         num_hidden_layers=args.layers, num_attention_heads=heads,
-                        num_key_value_heads=max(1, heads // 3))
+                        num_key_value_heads=args.kv_heads or max(1, heads // 3))
     model = Qwen2Tiny(config, rope="transformers")
     model.use_attention(chunked_causal_attention)
     optimizer = train.new_optimizer(model, args.lr)
     generator = torch.Generator().manual_seed(1)
+    stream = train.split_corpus()[1] if args.code_share > 0 else None
+    copy_rows = args.batch - round(args.batch * args.code_share)
     half = args.context // 2
     start = time.time()
     for step in range(args.steps):
@@ -69,6 +76,10 @@ def main():
             group["lr"] = args.lr * min(1.0, (step + 1) / args.warmup)
         rows, row_weights = [], []
         for r in range(args.batch):
+            if r >= copy_rows:
+                rows.append(data.code_window(stream, args.context + 1, generator))
+                row_weights.append(torch.ones(args.context))
+                continue
             alphabet = ALPHABETS[kinds[r % len(kinds)]]
             if args.fixed:
                 text = data.random_bytes(generator, alphabet, half + 1)
@@ -86,15 +97,20 @@ def main():
         losses = F.cross_entropy(logits.float().flatten(0, 1), ids[:, 1:].flatten(),
                                  reduction="none").view(args.batch, args.context)
         loss = (losses * weights).sum() / weights.sum()
+        copy_weights = weights[:copy_rows]
+        copy_loss = (losses[:copy_rows] * copy_weights).sum() / copy_weights.sum()
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         if step % 20 == 0 or step == args.steps - 1:
-            per_row = ((losses * weights).sum(1) / weights.sum(1)).detach()
+            per_row = ((losses[:copy_rows] * copy_weights).sum(1) / copy_weights.sum(1)).detach()
             parts = " ".join(f"{k} {per_row[i::len(kinds)].mean():.3f}"
                              for i, k in enumerate(kinds))
-            print(f"step {step} copy loss {loss.item():.3f} ({parts}) {time.time() - start:.0f} s",
+            code = (f" code {losses[copy_rows:].mean().item():.3f}" if copy_rows < args.batch
+                    else "")
+            print(f"step {step} copy loss {copy_loss.item():.3f} ({parts}){code} "
+                  f"{time.time() - start:.0f} s",
                   flush=True)
 
 

@@ -21,6 +21,7 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -43,21 +44,35 @@ _spec.loader.exec_module(tiny_train)
 CORPUS_ROOT, split_corpus, export_folder = (tiny_train.CORPUS_ROOT, tiny_train.split_corpus,
                                             tiny_train.export_folder)
 
+# The model: 4 layers of width 256 (4 query heads of 64, one KV head), 2.8M parameters.
+# Training starts with its first SEED_LAYERS layers alone, on short sequences (96 bytes) of
+# random strings repeated at varied distances and plain code, until they copy by content (a
+# previous-token head and an induction head: at 96 bytes the 2-layer model leaves its plateau
+# after about 250 steps; at 256 bytes it took 600-900, and a 4-layer model had not after 880,
+# EXPERIMENTS.md); at GROW_AT the remaining layers are appended with zero output projections,
+# so the grown model computes exactly what the 2-layer one did, and training continues on the
+# curriculum below, where code takes over and the context grows to 4096.
+FINAL_CONFIG = dict(hidden_size=256, intermediate_size=640, num_hidden_layers=4,
+                    num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=4096)
+SEED_LAYERS = 2
+GROW_AT = 600
+SEED_LR = 1e-3  # constant after the warm-up, until GROW_AT
+REWARMUP = 50  # steps of linear warm-up again after growing (a fresh optimizer)
+
 # The curriculum: (first step, context, sequences per step, mix of repeated strings / pure
-# copies / code with records and copies / plain code). Induction first, on a random string and
-# its repeat, where the model learns to copy within about 150 steps (induction_test.py,
-# EXPERIMENTS.md); then short sequences where copying is most of what there is to learn; then
-# code takes over and the context grows to 4096, where records and copies sit up to 4000
-# positions apart.
+# copies / code with records and copies / plain code).
+# Step times on the project's idle machine (2 threads): 96 x 64 0.45 s (2 layers), then
+# 256 x 48 2.1 s, 512 x 24 2.4 s, 1024 x 12 3.2 s, 2048 x 6 5.0 s, 4096 x 3 8.3 s: 2.6 hours
+# in all with the probes.
 PHASES = [
-    (0, 256, 24, (1.0, 0.0, 0.0, 0.0)),
-    (150, 256, 48, (0.2, 0.3, 0.4, 0.1)),
-    (300, 512, 24, (0.1, 0.1, 0.6, 0.2)),
-    (600, 1024, 12, (0.0, 0.05, 0.6, 0.35)),
-    (1000, 2048, 6, (0.0, 0.0, 0.6, 0.4)),
-    (1350, 4096, 3, (0.0, 0.0, 0.6, 0.4)),
+    (0, 96, 64, (0.75, 0.0, 0.0, 0.25)),
+    (GROW_AT, 256, 48, (0.2, 0.3, 0.4, 0.1)),
+    (GROW_AT + 300, 512, 24, (0.1, 0.1, 0.6, 0.2)),
+    (GROW_AT + 700, 1024, 12, (0.0, 0.05, 0.6, 0.35)),
+    (GROW_AT + 1200, 2048, 6, (0.0, 0.0, 0.6, 0.4)),
+    (GROW_AT + 1700, 4096, 3, (0.0, 0.0, 0.6, 0.4)),
 ]
-STEPS = 1600
+STEPS = GROW_AT + 2100
 
 
 def keep_freed_memory():
@@ -77,22 +92,65 @@ def phase_at(step):
 
 
 def learning_rate(step, peak, warmup):
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, STEPS - warmup)
+    """Before GROW_AT: a linear warm-up over `warmup` steps to SEED_LR, then SEED_LR. From
+    GROW_AT (a fresh optimizer, without moments): a linear warm-up over REWARMUP steps to
+    `peak`, then a cosine to a tenth of it at STEPS."""
+    if step < GROW_AT:
+        return SEED_LR * min(1.0, (step + 1) / warmup)
+    if step < GROW_AT + REWARMUP:
+        return peak * (step - GROW_AT + 1) / REWARMUP
+    progress = (step - GROW_AT - REWARMUP) / max(1, STEPS - GROW_AT - REWARMUP)
     return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
-def new_model():
+def new_model(layers=FINAL_CONFIG["num_hidden_layers"]):
     # Rotary angles as transformers computes them (float32), the convention amc defaults to.
-    return Qwen2Tiny(TinyConfig(max_position_embeddings=4096), rope="transformers")
+    config = TinyConfig(**{**FINAL_CONFIG, "num_hidden_layers": layers})
+    return Qwen2Tiny(config, rope="transformers")
 
 
-def training_model():
-    """The model with the chunked attention of attention.py (same function, less memory)."""
-    model = new_model()
+def training_model(step):
+    """The model trained at `step` (SEED_LAYERS layers before GROW_AT), with the chunked
+    attention of attention.py (same function, less memory)."""
+    model = new_model(SEED_LAYERS if step < GROW_AT else FINAL_CONFIG["num_hidden_layers"])
     model.use_attention(chunked_causal_attention)
     return model
+
+
+def grow(seed_model, seed):
+    """The full-depth model whose first layers are `seed_model`'s and whose appended layers
+    add nothing yet (zero attention output and MLP down projections, so the residual stream
+    passes through them unchanged): the same function, and the appended layers learn from the
+    gradient of their zero projections on."""
+    torch.manual_seed(seed)
+    model = training_model(GROW_AT)
+    missing, unexpected = model.load_state_dict(seed_model.state_dict(), strict=False)
+    assert not unexpected and all(k.startswith("layers.") for k in missing), (missing, unexpected)
+    for layer in model.layers[SEED_LAYERS:]:
+        torch.nn.init.zeros_(layer.self_attn.o_proj.weight)
+        torch.nn.init.zeros_(layer.mlp.down_proj.weight)
+    return model
+
+
+class PausedTime:
+    """Seconds the process spent stopped, so that the training time in the curve and the
+    README counts training, not the builds it was paused for. Pause and resume with
+
+        date +%s.%N > STATE/paused_at; pkill -STOP -f train_retrieval/train.py
+        pkill -CONT -f train_retrieval/train.py
+
+    the SIGCONT handler adds the time since STATE/paused_at."""
+
+    def __init__(self, state_dir):
+        self.path, self.seconds = state_dir / "paused_at", 0.0
+        signal.signal(signal.SIGCONT, self._resumed)
+
+    def _resumed(self, signum, frame):
+        try:
+            self.seconds += max(0.0, time.time() - float(self.path.read_text()))
+            self.path.unlink()
+        except (OSError, ValueError):
+            pass
 
 
 def new_optimizer(model, lr):
@@ -113,12 +171,14 @@ def save_state(path, model, optimizer, step, rows, seconds):
 def train(args):
     torch.manual_seed(args.seed)
     files, stream, valid = split_corpus()
-    model = training_model()
-    optimizer = new_optimizer(model, args.lr)
     state_path = args.state / "state.pt"
     step, rows, seconds_before = 0, [], 0.0
-    if state_path.exists():
-        state = torch.load(state_path)
+    state = torch.load(state_path) if state_path.exists() else None
+    if state:
+        step = state["step"]
+    model = training_model(step)
+    optimizer = new_optimizer(model, args.lr)
+    if state:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, rows, seconds_before = state["step"], state["rows"], state["seconds"]
@@ -126,9 +186,14 @@ def train(args):
     params = sum(p.numel() for p in model.parameters())
     print(f"model: {params} parameters; corpus {len(files)} files", flush=True)
     probe_set = probes.ProbeSet(valid, seed=args.seed + 1)
+    paused = PausedTime(args.state)
     start, last_save = time.time(), time.time()
     end = args.stop_at or STEPS
     while step < end:
+        if step == GROW_AT and len(model.layers) == SEED_LAYERS:
+            model = grow(model, args.seed + GROW_AT)
+            optimizer = new_optimizer(model, args.lr)
+            print(f"step {step}: grown to {len(model.layers)} layers", flush=True)
         first, context, count, mix = phase_at(step)
         lr = learning_rate(step, args.lr, args.warmup)
         for group in optimizer.param_groups:
@@ -146,7 +211,7 @@ def train(args):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         step += 1
-        seconds = seconds_before + time.time() - start
+        seconds = seconds_before + time.time() - start - paused.seconds
         row = {"step": step, "context": context, "tokens": count * context,
                "train_loss": loss.item(), "lr": lr, "seconds": round(seconds, 1)}
         if step % args.eval_every == 0 or step == STEPS:
@@ -212,7 +277,8 @@ def main():
     parser.add_argument("--state", type=Path, required=True,
                         help="folder for the training state (state.pt) and loss_curve.csv")
     parser.add_argument("--export", type=Path, help="write the checkpoint folder and exit")
-    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--lr", type=float, default=6e-4,
+                        help="peak learning rate of the grown model (SEED_LR before)")
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=20261201)
