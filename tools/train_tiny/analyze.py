@@ -11,8 +11,10 @@ measures, on held-out code from the training corpus's validation files:
   the softmax mass of a query, and the largest weight (medians over queries at positions
   >= 1024); where the largest weight sits (its most common distances back from the query, and
   how often it lies 64 or more positions back, outside a window of 64);
-- copying (an induction test): the loss on a random letter sequence the second time it appears
-  against the first time, right after it and after ~1000 bytes of code in between.
+- copying (an induction test): the loss on a random string (letters, and printable ASCII) the
+  second time it appears against the first time, right after it and after 1000 bytes of code
+  in between (--trials strings of --length bytes each; bytes 16.. of each copy count, so the
+  first bytes of the second copy, which could not be known to start one, do not).
 Prints a markdown report; --out also writes the numbers as JSON.
 """
 
@@ -55,7 +57,8 @@ def load_model(model_dir):
     config_json = json.loads((Path(model_dir) / "config.json").read_text())
     fields = TinyConfig.__dataclass_fields__
     config = TinyConfig(**{k: v for k, v in config_json.items() if k in fields})
-    model = Qwen2Tiny(config)
+    # The rotary-angle convention the model was trained with (as amc's loader reads it).
+    model = Qwen2Tiny(config, rope=config_json.get("amc_rope_angles", "exact"))
     weights = load_safetensors(Path(model_dir) / "model.safetensors")
     model.load_state_dict({k[len("model."):]: v for k, v in weights.items()})
     return model.eval()
@@ -68,7 +71,7 @@ def attention_probabilities(model, ids):
     c = model.config
     t = ids.numel()
     x = model.embed_tokens(ids.unsqueeze(0))
-    cos, sin = rope_tables(c, t, x.dtype)
+    cos, sin = rope_tables(c, t, x.dtype, model.rope)
     mask = torch.full((t, t), float("-inf")).triu(1)
     probabilities = []
     for layer in model.layers:
@@ -113,26 +116,34 @@ def sink_and_concentration(model, text_ids):
     return rows
 
 
+ALPHABETS = {"letters": b"abcdefghijklmnopqrstuvwxyz",
+             "printable": bytes(range(32, 127))}
+
+
 @torch.no_grad()
 def copying(model, filler, trials=8, length=128, seed=7):
-    """Mean loss (nats per byte) on the first and second copy of random letters."""
+    """Mean loss (nats per byte) on the first and second copy of random strings of each
+    alphabet, with the copies adjacent and with 1000 bytes of held-out code between them. The
+    strings and the code between are drawn afresh for every trial."""
     g = torch.Generator().manual_seed(seed)
-    letters = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz"))
     result = {}
-    for gap_name, gap in (("adjacent", 0), ("after_1000_bytes", 1000)):
-        first, second = [], []
-        for trial in range(trials):
-            seq = letters[torch.randint(0, 26, (length,), generator=g)]
-            start = trial * 1500
-            between = filler[start:start + gap]
-            ids = torch.cat([seq, between, seq])
-            logits = model(ids.unsqueeze(0))[0]
-            loss = F.cross_entropy(logits[:-1], ids[1:], reduction="none")
-            first.append(loss[16:length - 1].mean().item())  # skip the first few letters
-            second.append(loss[length + gap + 15:].mean().item())
-        result[gap_name] = {"first_copy_loss": sum(first) / trials,
-                            "second_copy_loss": sum(second) / trials,
-                            "uniform_letter_loss": math.log(26)}
+    for alphabet_name, alphabet in ALPHABETS.items():
+        symbols = torch.tensor(list(alphabet))
+        for gap_name, gap in (("adjacent", 0), ("after_1000_bytes", 1000)):
+            first, second = [], []
+            for trial in range(trials):
+                seq = symbols[torch.randint(0, len(symbols), (length,), generator=g)]
+                start = trial * 1500
+                between = filler[start:start + gap]
+                ids = torch.cat([seq, between, seq])
+                logits = model(ids.unsqueeze(0))[0]
+                loss = F.cross_entropy(logits[:-1], ids[1:], reduction="none")
+                first.append(loss[16:length - 1].mean().item())  # skip the first few bytes
+                second.append(loss[length + gap + 15:].mean().item())
+            result[f"{alphabet_name}_{gap_name}"] = {
+                "first_copy_loss": sum(first) / trials,
+                "second_copy_loss": sum(second) / trials,
+                "uniform_loss": math.log(len(symbols)), "trials": trials, "length": length}
     return result
 
 
@@ -148,11 +159,11 @@ def report(model_dir, sinks, copy):
                      f"{r['uniform_weight']:.4f} | {r['positions_for_50pct']:.0f} | "
                      f"{r['positions_for_90pct']:.0f} | {r['median_max_weight']:.3f} | "
                      f"{distances} | {100 * r['share_argmax_beyond_64']:.0f}% |")
-    lines += ["", "| copy | first copy loss | second copy loss | uniform over letters |",
-              "|---|--:|--:|--:|"]
+    lines += ["", "| copy | trials | first copy loss | second copy loss | uniform over the alphabet |",
+              "|---|--:|--:|--:|--:|"]
     for name, r in copy.items():
-        lines.append(f"| {name} | {r['first_copy_loss']:.3f} | {r['second_copy_loss']:.3f} | "
-                     f"{r['uniform_letter_loss']:.3f} |")
+        lines.append(f"| {name} | {r['trials']} | {r['first_copy_loss']:.3f} | "
+                     f"{r['second_copy_loss']:.3f} | {r['uniform_loss']:.3f} |")
     return "\n".join(lines)
 
 
@@ -161,7 +172,12 @@ def main():
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--trials", type=int, default=50, help="strings per copy test")
+    parser.add_argument("--length", type=int, default=100, help="bytes per string")
     args = parser.parse_args()
+    if args.trials < 1 or args.length < 32:
+        sys.exit(f"analyze.py: --trials must be >= 1 and --length >= 32, got {args.trials} and "
+                 f"{args.length}")
     torch.set_num_threads(args.threads)
     model = load_model(args.model)
     _, _, valid = split_corpus()
@@ -170,7 +186,7 @@ def main():
     start = next(b + 1 for a, b in zip(boundaries, boundaries[1:]) if b - a > 2049)
     text = valid[start:start + 2048]
     sinks = sink_and_concentration(model, text)
-    copy = copying(model, valid[valid != EOS_ID])
+    copy = copying(model, valid[valid != EOS_ID], args.trials, args.length)
     print(report(args.model, sinks, copy))
     if args.out:
         args.out.write_text(json.dumps({"heads": sinks, "copying": copy}, indent=2) + "\n")
