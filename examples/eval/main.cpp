@@ -6,7 +6,8 @@
 //            [--block-size 16 --sinks 1 --window 64 --scope head|group --score RULE --combine
 //            sum|max]
 //            [--threads N] [--kv-dtype auto|bf16|f32] [--rope-angles auto|transformers|exact]
-//            --out DIR [--resume] [--dense-control]
+//            --out DIR [--resume] [--dense-control] [--shard I/N]
+//   amc-eval merge OUT DIR...   (the whole sweep from the output directories of its shards)
 //   amc-eval mass  --model DIR (--text ... | --ids ...) --contexts ... --supports ...
 //            [--prefixes 5] [--tokens 16] [sparse, --threads, --kv-dtype, --rope-angles options]
 //            --out DIR
@@ -33,6 +34,7 @@
 #include <thread>
 
 #include "mass_probe.hpp"
+#include "merge.hpp"
 #include "passkey_command.hpp"
 #include "retrieval_command.hpp"
 #include "sweep.hpp"
@@ -114,9 +116,18 @@ int main(int argc, char** argv) {
   sweep_command->add_flag("--dense-control", sweep.dense_control,
                           "decode every support with dense attention: a control in which every "
                           "run must match the reference exactly");
+  std::string shard;
+  const CLI::Option* shard_option =
+      sweep_command
+          ->add_option("--shard", shard,
+                       "run shard I of N (0 <= I < N) of the sweep's runs, into this --out; "
+                       "`amc-eval merge` combines the shards' outputs")
+          ->type_name("I/N");
   sweep_command->callback([&] {
     run = [&] {
       sweep.common.sparse = sweep_sparse->config();
+      // Given at all, even empty: run_sweep refuses an empty value rather than running it all.
+      if (shard_option->count() > 0) sweep.shard = shard;
       return amc::eval::run_sweep(sweep);
     };
   });
@@ -134,6 +145,7 @@ int main(int argc, char** argv) {
     };
   });
 
+  amc::eval::add_merge_command(app, run);
   amc::eval::add_retrieval_command(app, run);
   amc::eval::add_passkey_command(app, run);
 

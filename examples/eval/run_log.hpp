@@ -38,6 +38,10 @@ class RunLog {
   /// Whether the run (context, prefix, support) is recorded.
   bool has(std::int64_t context, std::int64_t prefix, std::int64_t support) const;
   std::size_t recorded() const { return done_.size(); }
+  /// The recorded runs as (context, prefix, support).
+  const std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t>>& runs() const {
+    return done_;
+  }
   /// Bytes of a partial last line cut off at opening (0 when none).
   std::uintmax_t dropped_partial_bytes() const { return dropped_; }
 

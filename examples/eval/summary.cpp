@@ -89,6 +89,7 @@ std::string summary_markdown(const std::vector<SummaryRow>& rows, const std::vec
     s << "**Dense control**: every run decoded with dense attention; every row must show exact "
          "matches in all runs and a perplexity change of exactly 0.\n\n";
   }
+  if (!notes.shard.empty()) s << notes.shard << "\n\n";
   s << "Greedy continuations of " << T << " tokens after a dense prefill of each prefix. "
     << "Sparse decoding selects afresh at every step, layer and "
     << (c.value("scope", std::string()) == "group" ? "GQA group" : "query head") << ": the first "

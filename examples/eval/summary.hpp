@@ -44,6 +44,9 @@ struct SummaryNotes {
   Json settings;
   std::vector<std::string> prefixes;  ///< one line per context: prefixes used and skipped
   std::string plots;                  ///< which plots were drawn, or why none
+  /// For one shard of a sharded sweep (shard.hpp): what part of the sweep the table covers.
+  /// Empty for a whole sweep, whose summary.md says nothing of shards.
+  std::string shard;
 };
 
 std::string summary_markdown(const std::vector<SummaryRow>& rows, const std::vector<Json>& records,
