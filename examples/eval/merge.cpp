@@ -132,9 +132,9 @@ int run_merge(const MergeArguments& a) {
       }
       if (!lacking.empty()) {
         where += (where.empty() ? "" : "; ") + found->second->dir.string() + " (shard " +
-                 to_string(shard.shard) + ") has not finished" +
-                 (found->second->partial ? ", its last record cut short," : "") + " (" +
-                 list_runs(lacking, 2) + "): complete it with the same sweep and --shard " +
+                 to_string(shard.shard) + ") lacks " + list_runs(lacking, 2) +
+                 (found->second->partial ? " (its runs.jsonl ends in a record cut short)" : "") +
+                 ": it has not finished; complete it with the same sweep command and --shard " +
                  to_string(shard.shard) + " --resume";
       }
     }
