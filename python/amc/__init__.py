@@ -1,0 +1,169 @@
+"""amc: attention-mass-aware sparse decoding, from Python.
+
+The C++ library's operators, selection settings, omitted-mass analysis, margin utilities and
+safetensors I/O, on NumPy arrays and PyTorch tensors read in place (DLPack). Shapes are written
+outermost first: queries q [query heads, head_dim], keys and values k, v [KV heads, positions,
+head_dim]; query head h belongs to KV head h // (query heads // KV heads). Results are NumPy
+arrays. Every error is an amc.Error carrying the library's message. See docs/python.md.
+"""
+
+import math
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from . import _amc
+from ._amc import (  # noqa: F401  (re-exported)
+    AnalysisSummary,
+    BlockSummaries,
+    DecodeResult,
+    DenseDecoder,
+    Error,
+    HeadAnalysis,
+    LogitMargin,
+    SparseConfig,
+    SparseDecoder,
+    attention_error_keeps_token,
+    build_summaries,
+    greedy_token_kept,
+    kernels,
+    load_safetensors,
+    logit_margin,
+    omitted_mass,
+    retained_mass,
+    rules,
+    safetensors_dtypes,
+    safetensors_metadata,
+    save_safetensors,
+    settings,
+    sufficient_radius,
+    sufficient_radius_from_norms,
+    unembedding_row_norms,
+    update_summaries,
+)
+
+__version__ = _amc.__version__
+
+__all__ = [
+    "Analysis",
+    "AnalysisSummary",
+    "BlockSummaries",
+    "DecodeResult",
+    "DenseDecoder",
+    "Error",
+    "HeadAnalysis",
+    "LogitMargin",
+    "SparseConfig",
+    "SparseDecoder",
+    "analyse",
+    "attention_error_keeps_token",
+    "build_summaries",
+    "dense_decode",
+    "greedy_token_kept",
+    "kernels",
+    "load_safetensors",
+    "logit_margin",
+    "omitted_mass",
+    "retained_mass",
+    "rules",
+    "safetensors_dtypes",
+    "safetensors_metadata",
+    "save_safetensors",
+    "settings",
+    "sparse_decode",
+    "sufficient_radius",
+    "sufficient_radius_from_norms",
+    "unembedding_row_norms",
+    "update_summaries",
+]
+
+
+def dense_decode(q, k, v, *, scale: Optional[float] = None) -> DecodeResult:
+    """Dense decode attention of every query head over every position.
+
+    q [query heads, head_dim], k and v [KV heads, n, head_dim]; scale defaults to
+    1/sqrt(head_dim). For repeated calls keep an amc.DenseDecoder (scratch and threads reused).
+    """
+    return DenseDecoder(scale).decode(q, k, v)
+
+
+def sparse_decode(q, k, v, config: Optional[SparseConfig] = None, *, summaries=None,
+                  **settings) -> DecodeResult:
+    """Block-sparse decode: each query head (or GQA group, scope="group") reads sinks, window
+    and the blocks its rule selects. `config` and keyword settings (SparseConfig's names) set
+    the selection; `summaries` (one amc.BlockSummaries per KV head, covering k's positions) are
+    built here when not given. For repeated calls keep an amc.SparseDecoder."""
+    return SparseDecoder(config, **settings).decode(q, k, v, summaries)
+
+
+def _number(x):
+    """JSON's view of a float: non-finite numbers are null, as amc-bounds writes them."""
+    return x if math.isfinite(x) else None
+
+
+@dataclass
+class Analysis:
+    """amc.analyse's result: amc-bounds' analysis of one decode step (docs/bounds-tool.md)."""
+
+    config: SparseConfig
+    scale: float
+    query_heads: int
+    kv_heads: int
+    positions: int
+    head_dim: int
+    kernels: str
+    heads: List[HeadAnalysis] = field(default_factory=list)
+    summary: Optional[AnalysisSummary] = None
+
+    _HEAD_FIELDS = ("head", "kv_head", "n", "support_size", "selected_blocks", "lse_support",
+                    "lse_all", "retained_mass", "omitted_mass", "error_norm", "identity_residual",
+                    "relative_identity_residual", "dense_operator_error",
+                    "sparse_operator_error", "value_bound", "loose_value_bound",
+                    "direction_cosine", "certified_omitted_mass_bound",
+                    "certified_log_omitted_mass_bound", "certified_error_bound")
+    _SUMMARY_FIELDS = ("max_omitted_mass", "min_retained_mass", "max_error_norm",
+                       "max_identity_residual", "max_relative_identity_residual",
+                       "max_operator_error", "max_certified_omitted_mass_bound",
+                       "max_certified_error_bound")
+
+    def to_dict(self) -> dict:
+        """The object `amc-bounds --json` prints for the same inputs and settings, less its
+        "input" (the file name): {"config": ..., "heads": [...], "summary": ...}."""
+        adaptive = self.config.adaptive
+        config = {"query_heads": self.query_heads, "kv_heads": self.kv_heads,
+                  "positions": self.positions, "head_dim": self.head_dim}
+        settings = self.config.to_dict()
+        for name in ("block_size", "top_k", "sinks", "window", "scope", "score"):
+            config[name] = settings[name]
+        config["group_combine"] = settings["combine"]
+        config.update(scale=self.scale, adaptive=adaptive, kernels=self.kernels)
+        if adaptive:
+            config.update(target_eps=settings["target_eps"], max_k=settings["max_k"])
+        heads = []
+        for head in self.heads:
+            record = {}
+            for name in self._HEAD_FIELDS:
+                value = getattr(head, name)
+                record[name] = _number(value) if isinstance(value, float) else value
+            if adaptive:
+                record["needed_k"] = head.needed_k
+            heads.append(record)
+        summary = {name: getattr(self.summary, name) for name in self._SUMMARY_FIELDS}
+        if adaptive:
+            summary["max_needed_k"] = self.summary.max_needed_k
+        return {"config": config, "heads": heads, "summary": summary}
+
+
+def analyse(q, k, v, config: Optional[SparseConfig] = None, **settings) -> Analysis:
+    """The omitted-mass analysis of amc-bounds for one decode step of one layer.
+
+    q [query heads, head_dim] (after RoPE, unscaled), k and v [KV heads, n, head_dim], float32,
+    float16 or bfloat16 (converted to float32 exactly, as amc-bounds does). `config` and keyword
+    settings choose the sparse step analysed (SparseConfig's names and defaults, amc-bounds'
+    options). Returns per-head results (exact omitted mass, error, value bounds, direction,
+    certified bounds, adaptive k) and their summary.
+    """
+    config = _amc._make_config(config, **settings)
+    step, query_heads, kv_heads, positions, head_dim = _amc._analyse(q, k, v, config)
+    return Analysis(config=config, scale=step.scale, query_heads=query_heads, kv_heads=kv_heads,
+                    positions=positions, head_dim=head_dim, kernels=kernels(),
+                    heads=list(step.heads), summary=step.summary)
