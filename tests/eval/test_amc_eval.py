@@ -8,6 +8,9 @@
   (context, prefix, support) run recorded once, and every summary number recomputed here from
   runs.jsonl (first divergence, TF match and perplexity change from the token and NLL arrays,
   then the medians) rather than read back from the tool.
+- The same sweep as three shards (--shard I/N, run out of order) merged with `amc-eval merge`:
+  every run in one shard, summary.csv and summary.md equal to the unsharded sweep's; merge's
+  and --shard's refusals through the command line.
 - --resume after an interruption (runs.jsonl cut after a few records, plus a partial line)
   gives the same summary.csv as the uninterrupted sweep; a changed setting is refused.
 - The mass probe: columns, one row per context, support, layer and head, retained mass in
@@ -208,6 +211,30 @@ def main():
         check(markdown.count("\n| ") == 1 + len(rows), "summary.md table rows")
         with open(os.path.join(out, "summary.csv")) as f:
             reference_csv = f.read()
+
+        # --- the same sweep as three shards, merged ------------------------------------------
+        # Run out of order; 15 runs, 5 per shard. The merged tables equal the unsharded ones.
+        shard_dirs = [os.path.join(tmp, f"shard{i}") for i in range(3)]
+        for i in (1, 2, 0):
+            result = run(sweep + ["--shard", f"{i}/3", "--out", shard_dirs[i]])
+            check(f"shard {i}/3 owns runs {5 * i + 1} to {5 * i + 5} of the sweep's 15" in result.stderr,
+                  f"shard {i}/3 does not say which runs it owns: {result.stderr}")
+        shard_keys = [(r["context"], r["prefix"], r["support"]) for d in shard_dirs for r in read_runs(d)]
+        check(sorted(shard_keys) == sorted(keys), f"the shards' runs are not the sweep's, each once: {shard_keys}")
+        merged = os.path.join(tmp, "merged")
+        result = run([amc_eval, "merge", merged, *shard_dirs])
+        check(result.stdout == reference_csv, "merge does not print the summary.csv of the sweep")
+        for name in ("summary.csv", "summary.md"):
+            with open(os.path.join(merged, name)) as f, open(os.path.join(out, name)) as g:
+                check(f.read() == g.read(), f"merged {name} differs from the unsharded sweep's")
+        check_refusal([amc_eval, "merge", os.path.join(tmp, "merged-bad"), shard_dirs[0], shard_dirs[2]],
+                      ["merge: 5 of the sweep's 15 runs are missing", "shard 1/3 is not among"])
+        check_refusal([amc_eval, "merge", os.path.join(tmp, "merged-bad"), shard_dirs[0], tmp],
+                      ["merge: ", tmp, "not a sweep output"])
+        check_refusal([amc_eval, "merge", os.path.join(tmp, "merged-bad")], ["DIR is required"])
+        check_refusal(sweep + ["--shard", "3/3", "--out", os.path.join(tmp, "merged-bad")],
+                      ["sweep: --shard: the shard index 3 is not below the shard count 3", "'3/3'"])
+        check(not os.path.exists(os.path.join(tmp, "merged-bad")), "a refused merge or shard wrote")
 
         # --- an existing runs.jsonl needs --resume ---------------------------------------
         check_refusal(sweep + ["--out", out], ["already holds runs", "--resume"])
