@@ -46,7 +46,8 @@ def dense_attention(query, key, value, attention_mask=None, scaling=None, dropou
     k = key.repeat_interleave(group, dim=1)
     v = value.repeat_interleave(group, dim=1)
     scale = scaling if scaling is not None else 1.0 / math.sqrt(d)
-    scores = (query @ k.transpose(-1, -2)).float() * scale
+    # In float32 whatever the storage (a bf16 cache under an f32 query included).
+    scores = (query.float() @ k.float().transpose(-1, -2)) * scale
     if attention_mask is not None:
         mask = attention_mask[..., :n]
         if mask.dtype == torch.bool:
@@ -57,10 +58,10 @@ def dense_attention(query, key, value, attention_mask=None, scaling=None, dropou
         # Query i sits at position n - t + i and sees positions up to it.
         rows = torch.arange(t).unsqueeze(1) + (n - t)
         scores = scores.masked_fill(torch.arange(n).unsqueeze(0) > rows, float("-inf"))
-    weights = F.softmax(scores, dim=-1).to(query.dtype)
+    weights = F.softmax(scores, dim=-1)
     if dropout > 0.0 and training:
         weights = F.dropout(weights, p=dropout, training=True)
-    return (weights @ v).transpose(1, 2).contiguous()
+    return (weights @ v.float()).to(query.dtype).transpose(1, 2).contiguous()
 
 
 def _allowed_range(mask_row, n, where):
