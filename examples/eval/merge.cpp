@@ -149,14 +149,13 @@ int run_merge(const MergeArguments& a) {
   for (const Part& part : parts) {
     if (normal(part.dir) == normal(out)) {
       refuse("merge: OUT ", a.out,
-             " is also one of the shards' directories; merge into a "
-             "directory of its own");
+             " is also one of the shards' directories; merge into a directory of its own");
     }
   }
   if (std::filesystem::exists(out / "runs.jsonl")) {
     refuse("merge: OUT ", a.out,
-           " already holds a runs.jsonl; merge into a new directory (merge "
-           "never overwrites runs)");
+           " already holds a runs.jsonl; merge into a new directory (merge never overwrites "
+           "runs)");
   }
   std::error_code error;
   std::filesystem::create_directories(out, error);
