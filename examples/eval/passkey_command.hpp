@@ -20,8 +20,8 @@ namespace amc::eval {
 struct PasskeyFlags {
   std::string model;
   std::vector<std::string> text_files;
-  std::string contexts = "1024,2048,4096";
-  std::string depths = "0.1,0.3,0.5,0.7,0.9";
+  std::string contexts = "1024,2048";
+  std::string depths = "0.1,0.3,0.5,0.7,0.85";
   std::string trials = "10";
   std::string supports = "97,193,385";
   std::string selectors = "mean,bound,oracle";

@@ -37,8 +37,8 @@ namespace amc::eval {
 struct PasskeyOptions {
   std::string model;                                     ///< --model: checkpoint directory
   std::vector<std::string> text_files;                   ///< --text
-  std::vector<std::int64_t> contexts{1024, 2048, 4096};  ///< --contexts: prompt tokens
-  std::vector<double> depths{0.1, 0.3, 0.5, 0.7, 0.9};   ///< --depths, each in (0, 1)
+  std::vector<std::int64_t> contexts{1024, 2048};  ///< --contexts: prompt tokens
+  std::vector<double> depths{0.1, 0.3, 0.5, 0.7, 0.85};  ///< --depths, each in (0, 1)
   std::int64_t trials = 10;                              ///< --trials per (context, depth)
   std::vector<SupportSize> supports;                     ///< --supports, mapped to k
   std::vector<ScoreRule> selectors{ScoreRule::mean_pooled, ScoreRule::channel_bound,
