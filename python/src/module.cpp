@@ -298,7 +298,10 @@ struct DecodeResult {
   std::vector<std::int64_t> needed_k;
   std::vector<double> omitted_mass_bound;
   std::vector<bool> target_met;
-  std::vector<std::uintptr_t> key_addresses, value_addresses;  // [KV heads]: what was read
+  // Where the operator's views of KV head h start: base + h * head stride (bytes); what
+  // _key_addresses and _value_addresses report (the zero-copy test).
+  std::uintptr_t key_base = 0, value_base = 0;
+  std::int64_t key_head_bytes = 0, value_head_bytes = 0, kv_heads = 0;
 };
 
 template <class T>
@@ -327,18 +330,18 @@ py::array_t<std::int64_t> positions_array(const Support& support) {
 template <KvStorage T, class Layer>
 void run_layer(Layer& layer, const F32Rows& q, const LayerKv& kv,
                const std::vector<BlockSummaries*>& summaries, DecodeResult& result) {
-  std::vector<KvHead<KvView<T>>> heads;
-  heads.reserve(static_cast<std::size_t>(kv.heads));
-  result.key_addresses.resize(static_cast<std::size_t>(kv.heads));
-  result.value_addresses.resize(static_cast<std::size_t>(kv.heads));
+  // Reused between calls (the per-call overhead is what bench/python_overhead.py measures).
+  thread_local std::vector<KvHead<KvView<T>>> heads;
+  heads.clear();
   for (std::int64_t h = 0; h < kv.heads; ++h) {
-    const KvView<T> view = kv.view<T>(h);
-    result.key_addresses[static_cast<std::size_t>(h)] =
-        reinterpret_cast<std::uintptr_t>(view.key(0));
-    result.value_addresses[static_cast<std::size_t>(h)] =
-        reinterpret_cast<std::uintptr_t>(view.value(0));
-    heads.push_back({view, summaries.empty() ? nullptr : summaries[static_cast<std::size_t>(h)]});
+    heads.push_back(
+        {kv.view<T>(h), summaries.empty() ? nullptr : summaries[static_cast<std::size_t>(h)]});
   }
+  result.key_base = reinterpret_cast<std::uintptr_t>(heads[0].kv.key(0));
+  result.value_base = reinterpret_cast<std::uintptr_t>(heads[0].kv.value(0));
+  result.key_head_bytes = kv.k.strides[0] * static_cast<std::int64_t>(sizeof(T));
+  result.value_head_bytes = kv.v.strides[0] * static_cast<std::int64_t>(sizeof(T));
+  result.kv_heads = kv.heads;
   float* out = result.output.mutable_data();
   py::gil_scoped_release release;
   layer.decode(q.matrix(), std::span<const KvHead<KvView<T>>>(heads),
@@ -914,9 +917,21 @@ PYBIND11_MODULE(_amc, m) {
                                  out.mutable_data()[i] = r.target_met[i];
                                return out;
                              })
-      .def_readonly("_key_addresses", &DecodeResult::key_addresses,
-                    "[KV heads]: address of position 0's key the operator read (zero-copy proof)")
-      .def_readonly("_value_addresses", &DecodeResult::value_addresses);
+      .def_property_readonly(
+          "_key_addresses",
+          [](const DecodeResult& r) {
+            std::vector<std::uintptr_t> out;
+            for (std::int64_t h = 0; h < r.kv_heads; ++h)
+              out.push_back(r.key_base + static_cast<std::uintptr_t>(h * r.key_head_bytes));
+            return out;
+          },
+          "[KV heads]: address of position 0's key the operator read (zero-copy proof)")
+      .def_property_readonly("_value_addresses", [](const DecodeResult& r) {
+        std::vector<std::uintptr_t> out;
+        for (std::int64_t h = 0; h < r.kv_heads; ++h)
+          out.push_back(r.value_base + static_cast<std::uintptr_t>(h * r.value_head_bytes));
+        return out;
+      });
 
   py::class_<DenseDecoder>(m, "DenseDecoder",
                            "Dense decode of every GQA group of a layer; keeps its scratch and "
