@@ -253,8 +253,16 @@ def main():
         demo = run([qwen2, "--model", a, "--demo", "-n", "24"]).stdout
         for words in ("KV cache bf16 (auto), RoPE angles transformers (auto)", "dense decoding:",
                       "sparse decoding: block 16, top-k 8", "decode tokens/s: dense",
-                      "of the softmax mass", "retained mass per layer", "layer  0: mean"):
+                      "of the softmax mass", "retained mass per layer", "layer  0: mean",
+                      'the prompt sets REPORT_KEY = "60417" in its third line'):
             check(words in demo, f"--demo output lacks {words!r}: {demo}")
+        answers = re.findall(r'dense answered "(.*)" \((found|missed) it\), sparse "(.*)" '
+                             r'\((found|missed) it\)', demo)
+        check(len(answers) == 1 and all((a == "60417") == (v == "found") for a, v in
+                                        (answers[0][:2], answers[0][2:])),
+              f"--demo's verdict on the planted value does not match its answers: {answers}")
+        mine = run([qwen2, "--model", a, "--demo", "-n", "4", "--prompt", "x = 1"]).stdout
+        check("REPORT_KEY" not in mine, f"--demo with --prompt asks about the default prompt: {mine}")
         layer_lines = re.findall(r"layer +\d+: mean ([0-9.]+), min ([0-9.]+)", demo)
         check(len(layer_lines) == 2, f"--demo should list retained mass for 2 layers: {demo}")
         check(all(0 < float(lo) <= float(mean) <= 1.0 for mean, lo in layer_lines),

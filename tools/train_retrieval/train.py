@@ -16,7 +16,6 @@ Debian's python3-torch and, for speed, libopenblas0-pthread (see data/qwen2-retr
 
 import argparse
 import csv
-import ctypes
 import importlib.util
 import json
 import math
@@ -75,16 +74,7 @@ PHASES = [
 STEPS = GROW_AT + 2100
 
 
-def keep_freed_memory():
-    """Makes glibc keep freed memory for reuse instead of unmapping it. PyTorch allocates a
-    fresh buffer for every intermediate tensor; glibc serves the large ones with mmap and
-    returns them at free, so every step pays a page fault per 4 KiB touched: on the project's
-    machine that made element-wise operations 60x slower (silu of 12M floats 181 ms, 3 ms
-    without the faults) and training about 5x slower."""
-    libc = ctypes.CDLL("libc.so.6")
-    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
-    libc.mallopt(M_MMAP_MAX, 0)
-    libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+keep_freed_memory = tiny_train.keep_freed_memory
 
 
 def phase_at(step):

@@ -15,6 +15,9 @@ measures, on held-out code from the training corpus's validation files:
   second time it appears against the first time, right after it and after 1000 bytes of code
   in between (--trials strings of --length bytes each; bytes 16.. of each copy count, so the
   first bytes of the second copy, which could not be known to start one, do not).
+- held-out loss: the mean loss (nats per byte) over every byte of the held-out files, in
+  consecutive windows of --window bytes (the training probes' few windows are too few to
+  compare checkpoints by).
 Prints a markdown report; --out also writes the numbers as JSON.
 """
 
@@ -29,7 +32,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model import Qwen2Tiny, TinyConfig, rope_tables, rotate_half  # noqa: E402
-from train import EOS_ID, split_corpus  # noqa: E402
+from train import EOS_ID, keep_freed_memory, split_corpus  # noqa: E402
 
 
 def load_safetensors(path):
@@ -147,8 +150,24 @@ def copying(model, filler, trials=8, length=128, seed=7):
     return result
 
 
-def report(model_dir, sinks, copy):
+@torch.no_grad()
+def held_out_loss(model, valid, window):
+    """Mean next-byte loss over the whole held-out stream, cut into consecutive windows of
+    `window` + 1 tokens that overlap by one (every byte after the first is a target once)."""
+    total, count = 0.0, 0
+    for start in range(0, valid.numel() - 1, window):
+        ids = valid[start:start + window + 1]
+        logits = model(ids[:-1].unsqueeze(0))[0]
+        total += F.cross_entropy(logits, ids[1:], reduction="sum").item()
+        count += ids.numel() - 1
+    return total / count
+
+
+def report(model_dir, sinks, copy, loss=None, window=0):
     lines = [f"# Attention of {model_dir}", ""]
+    if loss is not None:
+        lines += [f"Held-out loss: {loss:.4f} nats per byte (every byte of the held-out files, "
+                  f"windows of {window})", ""]
     lines.append("| layer | head | weight on position 0 | uniform weight | positions for 50% | "
                  "positions for 90% | median largest weight | its usual distances back | "
                  "largest weight >= 64 back |")
@@ -174,10 +193,13 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--trials", type=int, default=50, help="strings per copy test")
     parser.add_argument("--length", type=int, default=100, help="bytes per string")
+    parser.add_argument("--window", type=int, default=2048,
+                        help="window of the held-out loss (0: skip it)")
     args = parser.parse_args()
     if args.trials < 1 or args.length < 32:
         sys.exit(f"analyze.py: --trials must be >= 1 and --length >= 32, got {args.trials} and "
                  f"{args.length}")
+    keep_freed_memory()
     torch.set_num_threads(args.threads)
     model = load_model(args.model)
     _, _, valid = split_corpus()
@@ -187,9 +209,11 @@ def main():
     text = valid[start:start + 2048]
     sinks = sink_and_concentration(model, text)
     copy = copying(model, valid[valid != EOS_ID], args.trials, args.length)
-    print(report(args.model, sinks, copy))
+    loss = held_out_loss(model, valid, args.window) if args.window > 0 else None
+    print(report(args.model, sinks, copy, loss, args.window))
     if args.out:
-        args.out.write_text(json.dumps({"heads": sinks, "copying": copy}, indent=2) + "\n")
+        args.out.write_text(json.dumps({"heads": sinks, "copying": copy, "held_out_loss": loss,
+                                        "held_out_window": args.window}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ comes from seeded generators. See data/qwen2-tiny/README.md for the recipe and t
 """
 
 import argparse
+import ctypes
 import csv
 import json
 import math
@@ -48,6 +49,18 @@ def token_stream(files):
             parts.append(torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int64))
         parts.append(torch.tensor([EOS_ID]))
     return torch.cat(parts)
+
+
+def keep_freed_memory():
+    """Makes glibc keep freed memory for reuse instead of unmapping it. PyTorch allocates a
+    fresh buffer for every intermediate tensor; glibc serves the large ones with mmap and
+    returns them at free, so every step pays a page fault per 4 KiB touched: on the project's
+    machine that made element-wise operations 60x slower (silu of 12M floats 181 ms, 3 ms
+    without the faults) and training about 5x slower."""
+    libc = ctypes.CDLL("libc.so.6")
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+    libc.mallopt(M_MMAP_MAX, 0)
+    libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
 
 
 def split_corpus():
