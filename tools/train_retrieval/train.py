@@ -20,7 +20,6 @@ import importlib.util
 import json
 import math
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -123,24 +122,25 @@ def grow(seed_model, seed):
 
 
 class PausedTime:
-    """Seconds the process spent stopped, so that the training time in the curve and the
-    README counts training, not the builds it was paused for. Pause and resume with
-
-        date +%s.%N > STATE/paused_at; pkill -STOP -f train_retrieval/train.py
-        pkill -CONT -f train_retrieval/train.py
-
-    the SIGCONT handler adds the time since STATE/paused_at."""
+    """Seconds this process spent stopped by tools/train_retrieval/paused (which appends each
+    stopped interval to STATE/paused.log), so that the training time in the curve and the
+    README counts training, not the builds and analyses it was stopped for."""
 
     def __init__(self, state_dir):
-        self.path, self.seconds = state_dir / "paused_at", 0.0
-        signal.signal(signal.SIGCONT, self._resumed)
+        self.path, self.since = state_dir / "paused.log", time.time()
 
-    def _resumed(self, signum, frame):
-        try:
-            self.seconds += max(0.0, time.time() - float(self.path.read_text()))
-            self.path.unlink()
-        except (OSError, ValueError):
-            pass
+    def seconds(self):
+        """Stopped seconds since this process started (the log holds earlier runs' too)."""
+        if not self.path.exists():
+            return 0.0
+        total = 0.0
+        for line in self.path.read_text().splitlines():
+            try:
+                begin, end = (float(x) for x in line.split())
+            except ValueError:
+                continue  # a line being written
+            total += max(0.0, min(end, time.time()) - max(begin, self.since))
+        return total
 
 
 def new_optimizer(model, lr):
@@ -201,7 +201,7 @@ def train(args):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         step += 1
-        seconds = seconds_before + time.time() - start - paused.seconds
+        seconds = seconds_before + time.time() - start - paused.seconds()
         row = {"step": step, "context": context, "tokens": count * context,
                "train_loss": loss.item(), "lr": lr, "seconds": round(seconds, 1)}
         if step % args.eval_every == 0 or step == STEPS:
