@@ -56,6 +56,7 @@ SEED_LAYERS = 2
 GROW_AT = 600
 SEED_LR = 1e-3  # constant after the warm-up, until GROW_AT
 REWARMUP = 50  # steps of linear warm-up again after growing (a fresh optimizer)
+SNAPSHOT_EVERY = 250  # steps between kept copies of the training state
 
 # The curriculum: (first step, context, sequences per step, mix of repeated strings / pure
 # copies / code with records and copies / plain code).
@@ -215,6 +216,10 @@ def train(args):
         if time.time() - last_save > args.save_every or step == end:
             save_state(state_path, model, optimizer, step, rows, seconds)
             last_save = time.time()
+        if step % SNAPSHOT_EVERY == 0:
+            # Kept, so that a run that goes wrong can be resumed from before it did.
+            save_state(args.state / f"state-{step:05d}.pt", model, optimizer, step, rows,
+                       seconds)
     write_curve(args.state / "loss_curve.csv", rows)
 
 
@@ -267,7 +272,7 @@ def main():
     parser.add_argument("--state", type=Path, required=True,
                         help="folder for the training state (state.pt) and loss_curve.csv")
     parser.add_argument("--export", type=Path, help="write the checkpoint folder and exit")
-    parser.add_argument("--lr", type=float, default=6e-4,
+    parser.add_argument("--lr", type=float, default=3e-4,
                         help="peak learning rate of the grown model (SEED_LR before)")
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2)
