@@ -11,7 +11,7 @@ Training saves its whole state (weights, optimizer, the curve so far) to DIR/sta
 minutes and resumes from it when started again, so it may run in several stretches; each batch
 is a pure function of the seed and the step, so a resumed run sees the same data as an
 uninterrupted one. --export writes the checkpoint folder from the finished state. Needs
-Debian's python3-torch and, for speed, libopenblas0-pthread (see data/qwen2-retrieval/README.md).
+Debian's python3-torch and, for speed, libopenblas0-pthread (see README.md here).
 """
 
 import argparse
@@ -42,7 +42,7 @@ _spec.loader.exec_module(tiny_train)
 CORPUS_ROOT, split_corpus, export_folder = (tiny_train.CORPUS_ROOT, tiny_train.split_corpus,
                                             tiny_train.export_folder)
 
-# The model: 4 layers of width 256 (4 query heads of 64, one KV head), 2.8M parameters.
+# The model: 4 layers of width 256 (4 query heads of 64, one KV head), 2.7M parameters.
 # Training starts with its first SEED_LAYERS layers alone, on short sequences (96 bytes) of
 # random strings repeated at varied distances and plain code, until they copy by content (a
 # previous-token head and an induction head: at 96 bytes the 2-layer model leaves its plateau
