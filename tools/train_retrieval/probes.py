@@ -6,15 +6,43 @@
   mean loss on bytes 2..100 of the second occurrence (the first cannot be known to start one);
 - passkey: `PASSKEY = "ddddd"` planted at a random line of held-out code, asked for at the end
   (`PASSKEY = "`): the share of trials in which the 5 digits are each the model's most likely
-  next byte, which is exactly when greedy decoding reproduces them.
+  next byte, which is exactly when greedy decoding reproduces them;
+- max_logit_L: the largest attention logit q.k / sqrt(d) of layer L over one held-out window:
+  the first run diverged after layer 0's grew to about 4000 (attention logit growth, which bf16
+  rounding of q and k turns into noise of a few percent of the logit), so the curve shows it.
 """
+
+import math
 
 import torch
 import torch.nn.functional as F
 
 import data
+from model import rope_tables, rotate_half
 
 EOS_ID = 256
+
+
+def max_attention_logits(model, ids):
+    """[layers] the largest |q.k| / sqrt(head_dim) over the causal scores of `ids` [seq]."""
+    c = model.config
+    t = ids.numel()
+    x = model.embed_tokens(ids.unsqueeze(0))
+    cos, sin = rope_tables(c, t, x.dtype, model.rope)
+    mask = torch.full((t, t), float("-inf")).triu(1)
+    out = []
+    for layer in model.layers:
+        attn = layer.self_attn
+        h = layer.input_layernorm(x)
+        q = attn.q_proj(h).view(1, t, c.num_attention_heads, c.head_dim).transpose(1, 2)
+        k = attn.k_proj(h).view(1, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(c.num_attention_heads // c.num_key_value_heads, dim=1)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(c.head_dim) + mask
+        out.append(scores[torch.isfinite(scores)].abs().max().item())
+        x = layer(x, cos, sin, mask)
+    return out
 
 
 def clean_spans(valid, length, count, generator):
@@ -61,6 +89,8 @@ class ProbeSet:
         batch = torch.stack(self.valid_windows)
         logits = model(batch[:, :-1])
         out["valid_loss"] = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten()).item()
+        for layer, value in enumerate(max_attention_logits(model, batch[0, :-1])):
+            out[f"max_logit_{layer}"] = value
 
         gap = min(1000, max_context - 210)
         rows = [torch.cat([filler[:max_context - 200 - gap], torch.tensor(list(text)),
