@@ -93,6 +93,18 @@ std::string gnuplot_both_formats(const std::string& name, const std::string& plo
   return s.str();
 }
 
+std::vector<std::filesystem::path> plot_files(const std::filesystem::path& dir, const PlotJob& job,
+                                              const PlotResult& result) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& [name, content] : job.data) files.push_back(dir / name);
+  files.push_back(dir / job.script_name);
+  if (!result.drawn) return files;
+  for (const std::string& image : job.images) {
+    if (std::filesystem::exists(dir / image)) files.push_back(dir / image);
+  }
+  return files;
+}
+
 PlotResult draw_plots(const std::filesystem::path& dir, const PlotJob& job) {
   for (const auto& [name, content] : job.data) write_file_atomically(dir / name, content);
   write_file_atomically(dir / job.script_name, job.script);

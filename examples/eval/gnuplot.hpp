@@ -47,6 +47,11 @@ struct PlotResult {
 /// data file, the script or an image cannot be written into place.
 PlotResult draw_plots(const std::filesystem::path& dir, const PlotJob& job);
 
+/// What a draw_plots(dir, job) call leaves in `dir`, for a command's list of the files it
+/// wrote: the data files and the script, then (when `result` drew) the images that exist.
+std::vector<std::filesystem::path> plot_files(const std::filesystem::path& dir, const PlotJob& job,
+                                              const PlotResult& result);
+
 /// Quotes a string for a gnuplot script ("...").
 std::string gnuplot_string(const std::string& text);
 

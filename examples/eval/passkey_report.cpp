@@ -369,15 +369,10 @@ PasskeyOutputs write_passkey_outputs(const PasskeyResults& results, const Passke
   // Its own log: another command's gnuplot.log in the same --out stays.
   plot.log_name = "passkey_gnuplot.log";
   const PlotResult drawn = draw_plots(out_dir, plot);
-  outputs.files.push_back(out_dir / "passkey_plot.dat");
-  outputs.files.push_back(out_dir / "passkey.gp");
-  if (!drawn.drawn) {
-    outputs.notes.push_back("plots in " + out_dir.string() + ": " + drawn.note);
-    return outputs;
+  for (const std::filesystem::path& file : plot_files(out_dir, plot, drawn)) {
+    outputs.files.push_back(file);
   }
-  for (const std::string& image : plot.images) {
-    if (std::filesystem::exists(out_dir / image)) outputs.files.push_back(out_dir / image);
-  }
+  if (!drawn.drawn) outputs.notes.push_back("plots in " + out_dir.string() + ": " + drawn.note);
   return outputs;
 }
 

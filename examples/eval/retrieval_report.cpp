@@ -388,15 +388,10 @@ RetrievalOutputs write_retrieval_outputs(const std::vector<RetrievalProbeResult>
   // Its own log: the gnuplot.log of a sweep or mass probe in the same --out stays.
   plot.log_name = "retrieval_gnuplot.log";
   const PlotResult drawn = draw_plots(out_dir, plot);
-  outputs.files.push_back(out_dir / "retrieval_plot.dat");
-  outputs.files.push_back(out_dir / "retrieval.gp");
-  if (!drawn.drawn) {
-    outputs.notes.push_back("plots in " + out_dir.string() + ": " + drawn.note);
-    return outputs;
+  for (const std::filesystem::path& file : plot_files(out_dir, plot, drawn)) {
+    outputs.files.push_back(file);
   }
-  for (const std::string& image : plot.images) {
-    if (std::filesystem::exists(out_dir / image)) outputs.files.push_back(out_dir / image);
-  }
+  if (!drawn.drawn) outputs.notes.push_back("plots in " + out_dir.string() + ": " + drawn.note);
   return outputs;
 }
 
