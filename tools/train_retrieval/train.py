@@ -122,6 +122,49 @@ def grow(seed_model, seed):
     return model
 
 
+# The largest attention logit q.k / sqrt(head_dim) any input can produce, enforced after every
+# optimizer step by cap_attention_logits. Above the cap's bound of every head through step 1000
+# of the run that produced the checkpoint (layer 0's largest bound there: about 160).
+LOGIT_CAP = 200.0
+
+
+@torch.no_grad()
+def attention_logit_bounds(model):
+    """[layers][heads] a bound on |q.k| / sqrt(d) for every input: q_proj and k_proj read
+    RMSNorm's output, of norm at most R = sqrt(hidden) max|gamma|, so a query head's q has norm
+    at most s(W_q,h) R + |b_q,h| (s the spectral norm), its KV head's k likewise, and RoPE's
+    rotations keep norms."""
+    c = model.config
+    d, heads, kv_heads = c.head_dim, c.num_attention_heads, c.num_key_value_heads
+    bounds = []
+    for layer in model.layers:
+        attn = layer.self_attn
+        radius = math.sqrt(c.hidden_size) * layer.input_layernorm.weight.abs().max()
+        q = (torch.linalg.matrix_norm(attn.q_proj.weight.view(heads, d, -1), 2) * radius
+             + attn.q_proj.bias.view(heads, d).norm(dim=-1))
+        k = (torch.linalg.matrix_norm(attn.k_proj.weight.view(kv_heads, d, -1), 2) * radius
+             + attn.k_proj.bias.view(kv_heads, d).norm(dim=-1))
+        bounds.append(q * k.repeat_interleave(heads // kv_heads) / math.sqrt(d))
+    return bounds
+
+
+@torch.no_grad()
+def cap_attention_logits(model, cap):
+    """Scales down the query projection (weights and bias) of every head whose logit bound
+    (attention_logit_bounds) exceeds `cap`, so that it equals `cap`: a max-norm constraint,
+    applied after each optimizer step, that keeps the function a plain Qwen2 model. Why: nothing
+    else bounds attention logits in this architecture (no q/k normalisation), and on the copy
+    data Adam grew one layer-0 head's without limit (its largest logit on held-out code 31 at
+    step 1000, 157 at 1200; about 4000 in the first run, which diverged), while bf16 rounding of
+    q and k makes the noise of a logit grow with it (EXPERIMENTS.md)."""
+    heads = model.config.num_attention_heads
+    for layer, bound in zip(model.layers, attention_logit_bounds(model)):
+        scale = (cap / bound).clamp(max=1.0)
+        attn = layer.self_attn
+        attn.q_proj.weight.view(heads, -1).mul_(scale[:, None])
+        attn.q_proj.bias.view(heads, -1).mul_(scale[:, None])
+
+
 class PausedTime:
     """Seconds this process spent stopped by tools/train_retrieval/paused (which appends each
     stopped interval to STATE/paused.log), so that the training time in the curve and the
@@ -201,6 +244,8 @@ def train(args):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        if args.logit_cap > 0:
+            cap_attention_logits(model, args.logit_cap)
         step += 1
         seconds = seconds_before + time.time() - start - paused.seconds()
         row = {"step": step, "context": context, "tokens": count * context,
@@ -274,6 +319,8 @@ def main():
     parser.add_argument("--export", type=Path, help="write the checkpoint folder and exit")
     parser.add_argument("--lr", type=float, default=3e-4,
                         help="peak learning rate of the grown model (SEED_LR before)")
+    parser.add_argument("--logit-cap", type=float, default=LOGIT_CAP,
+                        help="bound on every attention logit, enforced each step (0: none)")
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=20261201)
