@@ -12,37 +12,20 @@
   rounding of q and k turns into noise of a few percent of the logit), so the curve shows it.
 """
 
-import math
 
 import torch
 import torch.nn.functional as F
 
 import data
-from model import rope_tables, rotate_half
+from attention_maps import attention_logits
 
 EOS_ID = 256
 
 
 def max_attention_logits(model, ids):
     """[layers] the largest |q.k| / sqrt(head_dim) over the causal scores of `ids` [seq]."""
-    c = model.config
-    t = ids.numel()
-    x = model.embed_tokens(ids.unsqueeze(0))
-    cos, sin = rope_tables(c, t, x.dtype, model.rope)
-    mask = torch.full((t, t), float("-inf")).triu(1)
-    out = []
-    for layer in model.layers:
-        attn = layer.self_attn
-        h = layer.input_layernorm(x)
-        q = attn.q_proj(h).view(1, t, c.num_attention_heads, c.head_dim).transpose(1, 2)
-        k = attn.k_proj(h).view(1, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k = k.repeat_interleave(c.num_attention_heads // c.num_key_value_heads, dim=1)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(c.head_dim) + mask
-        out.append(scores[torch.isfinite(scores)].abs().max().item())
-        x = layer(x, cos, sin, mask)
-    return out
+    return [logits[torch.isfinite(logits)].abs().max().item()
+            for logits in attention_logits(model, ids)]
 
 
 def clean_spans(valid, length, count, generator):

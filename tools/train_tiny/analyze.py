@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model import Qwen2Tiny, TinyConfig, rope_tables, rotate_half  # noqa: E402
+from attention_maps import attention_logits  # noqa: E402
+from model import Qwen2Tiny, TinyConfig  # noqa: E402
 from train import EOS_ID, keep_freed_memory, split_corpus  # noqa: E402
 
 
@@ -67,28 +68,9 @@ def load_model(model_dir):
     return model.eval()
 
 
-@torch.no_grad()
 def attention_probabilities(model, ids):
-    """[layers] of [heads, seq, seq] softmax weights of one sequence (a forward pass that keeps
-    them)."""
-    c = model.config
-    t = ids.numel()
-    x = model.embed_tokens(ids.unsqueeze(0))
-    cos, sin = rope_tables(c, t, x.dtype, model.rope)
-    mask = torch.full((t, t), float("-inf")).triu(1)
-    probabilities = []
-    for layer in model.layers:
-        attn = layer.self_attn
-        h = layer.input_layernorm(x)
-        q = attn.q_proj(h).view(1, t, c.num_attention_heads, c.head_dim).transpose(1, 2)
-        k = attn.k_proj(h).view(1, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k = k.repeat_interleave(c.num_attention_heads // c.num_key_value_heads, dim=1)
-        p = F.softmax(q @ k.transpose(-1, -2) / math.sqrt(c.head_dim) + mask, dim=-1)
-        probabilities.append(p[0])
-        x = layer(x, cos, sin, mask)
-    return probabilities
+    """[layers] of [heads, seq, seq] softmax weights of one sequence."""
+    return [F.softmax(logits, dim=-1) for logits in attention_logits(model, ids)]
 
 
 def sink_and_concentration(model, text_ids):
