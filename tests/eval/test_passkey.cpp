@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "eval/code_text.hpp"
 #include "passkey_command.hpp"
 #include "passkey_probe.hpp"
 #include "passkey_prompt.hpp"
@@ -30,6 +31,7 @@
 namespace {
 
 using namespace amc::eval;
+using amc::eval::test::code_text;
 using amc::qwen2::Tokenizer;
 using amc::qwen2::test::read_file;
 using amc::qwen2::test::TempDir;
@@ -39,31 +41,6 @@ const std::filesystem::path kTiny = AMC_TEST_TINY_MODEL_DIR;
 const Tokenizer& tiny_tokenizer() {
   static const Tokenizer tokenizer = Tokenizer::load(kTiny / "tokenizer.json");
   return tokenizer;
-}
-
-/// Code-like lines of varied length (0 to ~70 bytes, some blank, some indented), the same for
-/// the same seed.
-std::string code_text(int lines, std::uint64_t seed) {
-  std::string text;
-  std::uint64_t s = seed;
-  auto next = [&s](std::uint64_t n) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (s >> 33) % n;
-  };
-  for (int i = 0; i < lines; ++i) {
-    const std::uint64_t kind = next(10);
-    if (kind == 0) {
-      text += "\n";
-    } else if (kind < 3) {
-      text +=
-          "def step_" + std::to_string(i) + "(value, count=" + std::to_string(next(100)) + "):\n";
-    } else {
-      text += std::string(4 * (1 + next(2)), ' ') + "value_" + std::to_string(i) + " = value_" +
-              std::to_string(next(i + 1)) + " * " + std::to_string(next(1000)) + " + " +
-              std::string(next(30), 'x') + "  # line " + std::to_string(i) + "\n";
-    }
-  }
-  return text;
 }
 
 PasskeyDocument byte_document(const std::string& text, const std::string& path = "doc.py") {

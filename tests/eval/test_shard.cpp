@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "eval/code_text.hpp"
 #include "merge.hpp"
 #include "qwen2_test_support.hpp"
 #include "run_log.hpp"
@@ -24,33 +25,12 @@
 namespace {
 
 using namespace amc::eval;
+using amc::eval::test::code_text;
 using amc::qwen2::test::read_file;
 using amc::qwen2::test::TempDir;
 namespace fs = std::filesystem;
 
 const fs::path kTiny = AMC_TEST_TINY_MODEL_DIR;
-
-/// Python-like lines, the same for the same seed: text the tiny model was trained on the like
-/// of, so that its sparse runs differ from dense ones (a table of identical runs would compare
-/// equal however the records were combined).
-std::string code_text(int lines, std::uint64_t seed) {
-  std::string text;
-  std::uint64_t s = seed;
-  auto next = [&s](std::uint64_t n) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (s >> 33) % n;
-  };
-  for (int i = 0; i < lines; ++i) {
-    if (next(4) == 0) {
-      text +=
-          "def step_" + std::to_string(i) + "(value, count=" + std::to_string(next(100)) + "):\n";
-    } else {
-      text += "    value_" + std::to_string(i) + " = value_" + std::to_string(next(i + 1)) + " * " +
-              std::to_string(next(1000)) + "  # line " + std::to_string(i) + "\n";
-    }
-  }
-  return text;
-}
 
 void write(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
