@@ -106,13 +106,30 @@ def config_seeds():
                    hidden_size=896.0)
     out("fuzz_config", "resaved_nulls.json", json.dumps(resaved))
     out("fuzz_config", "minimal.json", json.dumps(
-        {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
          "num_attention_heads": 4, "vocab_size": 260}))
     out("fuzz_config", "synthetic.json", json.dumps(
-        {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
+        {"architectures": ["Qwen2ForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+         "num_hidden_layers": 4, "num_attention_heads": 8,
          "num_key_value_heads": 2, "vocab_size": 1024, "max_position_embeddings": 4096,
          "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "head_dim": 32,
          "bos_token_id": None, "eos_token_id": 1021}))
+    # The other families (QWEN2.md, "Other families"): Qwen3's stated head_dim and Llama's
+    # rope_scaling object give the fuzzer those keys' structure to mutate.
+    out("fuzz_config", "qwen3_0.6b.json", json.dumps(
+        {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "head_dim": 128,
+         "hidden_size": 1024, "intermediate_size": 3072, "max_position_embeddings": 40960,
+         "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28,
+         "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000,
+         "tie_word_embeddings": True, "vocab_size": 151936}))
+    out("fuzz_config", "llama_3.2_1b.json", json.dumps(
+        {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "head_dim": 64,
+         "hidden_size": 2048, "intermediate_size": 8192, "max_position_embeddings": 131072,
+         "mlp_bias": False, "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 16,
+         "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+         "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                          "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+         "rope_theta": 500000.0, "tie_word_embeddings": True, "vocab_size": 128256}))
 
 
 def tokenizer_seeds(base_path):

@@ -1,5 +1,5 @@
-// Loading Qwen2 checkpoints: config.json checks, every checkpoint error with its message, and
-// the synthetic writer's determinism.
+// Loading checkpoints of every family: config.json checks (Qwen2, Qwen3 and Llama configs, and
+// what is refused), every checkpoint error with its message, and the synthetic writer.
 #include <amc/error.hpp>
 #include <amc/io/safetensors.hpp>
 
@@ -38,9 +38,46 @@ const char* const kQwen2Config = R"({
   "transformers_version": "4.40.1", "use_cache": true, "use_sliding_window": false,
   "vocab_size": 151936})";
 
-/// kQwen2Config with one key replaced (value given as JSON text) or removed (empty value).
-std::string edited(const std::string& key, const std::string& value) {
-  nlohmann::json j = nlohmann::json::parse(kQwen2Config);
+// The config.json files of Qwen3-0.6B, Llama-3.2-1B and SmolLM2-135M as published (QWEN2.md,
+// "Other families"); SmolLM2's states no head_dim.
+const char* const kQwen3Config = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+  "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+  "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+  "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
+  "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+  "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
+
+const char* const kLlamaConfig = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+  "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+  "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256})";
+
+const char* const kSmolLM2Config = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "silu", "hidden_size": 576,
+  "initializer_range": 0.041666666666666664, "intermediate_size": 1536,
+  "is_llama_config": true, "max_position_embeddings": 8192, "mlp_bias": false,
+  "model_type": "llama", "num_attention_heads": 9, "num_hidden_layers": 30,
+  "num_key_value_heads": 3, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_interleaved": false, "rope_scaling": null, "rope_theta": 100000,
+  "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.40.1",
+  "use_cache": true, "vocab_size": 49152})";
+
+/// `base` (kQwen2Config by default) with one key replaced (value given as JSON text) or
+/// removed (empty value).
+std::string edited(const std::string& key, const std::string& value,
+                   const char* base = kQwen2Config) {
+  nlohmann::json j = nlohmann::json::parse(base);
   if (value.empty()) {
     j.erase(key);
   } else {
@@ -89,6 +126,161 @@ TEST_CASE("config.json of Qwen2-0.5B parses", "[qwen2][config]") {
   CHECK(c.eos_token_id == 151643);
   CHECK_FALSE(c.rope_angles.has_value());  // no "amc_rope_angles": transformers' angles
   CHECK(auto_rope_angles(c) == RopeAngles::transformers);
+}
+
+TEST_CASE("config.json of Qwen3-0.6B, Llama-3.2-1B and SmolLM2-135M parse into their families",
+          "[qwen2][config][families]") {
+  CHECK(parse_config(kQwen2Config).architecture == Architecture::qwen2);
+  const Config qwen2 = parse_config(kQwen2Config);
+  CHECK(qwen2.qkv_bias);
+  CHECK_FALSE(qwen2.o_bias);
+  CHECK_FALSE(qwen2.qk_norm);
+  CHECK(qwen2.rope_scaling.type == RopeScaling::Type::none);
+
+  const Config qwen3 = parse_config(kQwen3Config);
+  CHECK(qwen3.architecture == Architecture::qwen3);
+  CHECK(qwen3.hidden_size == 1024);
+  CHECK(qwen3.num_attention_heads == 16);
+  CHECK(qwen3.num_key_value_heads == 8);
+  CHECK(qwen3.head_dim == 128);  // stated, not 1024 / 16
+  CHECK(qwen3.qk_norm);
+  CHECK_FALSE(qwen3.qkv_bias);
+  CHECK_FALSE(qwen3.o_bias);
+  CHECK(qwen3.rope_theta == 1e6);
+  CHECK(qwen3.rope_scaling.type == RopeScaling::Type::none);
+  CHECK(qwen3.eos_token_id == 151645);
+  // Qwen3Config's default head_dim is 128, whatever hidden / heads is.
+  CHECK(parse_config(edited("head_dim", "", kQwen3Config)).head_dim == 128);
+
+  const Config llama = parse_config(kLlamaConfig);
+  CHECK(llama.architecture == Architecture::llama);
+  CHECK(llama.head_dim == 64);
+  CHECK_FALSE(llama.qkv_bias);
+  CHECK_FALSE(llama.o_bias);
+  CHECK_FALSE(llama.qk_norm);
+  CHECK(llama.rms_norm_eps == 1e-5);
+  CHECK(llama.rope_theta == 500000.0);
+  CHECK(llama.rope_scaling == RopeScaling{RopeScaling::Type::llama3, 32.0, 1.0, 4.0, 8192.0});
+  CHECK(llama.tie_word_embeddings);
+  CHECK(llama.bos_token_id == 128000);
+
+  const Config smol = parse_config(kSmolLM2Config);
+  CHECK(smol.architecture == Architecture::llama);
+  CHECK(smol.head_dim == 64);  // 576 / 9
+  CHECK(smol.group_size() == 3);
+  CHECK(smol.rope_scaling.type == RopeScaling::Type::none);
+
+  // The keys that set features: attention_bias (q, k, v and o_proj biases), rope_scaling of
+  // type "default" (plain) or llama3 under its older key "type", full-attention layer_types.
+  const Config biased = parse_config(edited("attention_bias", "true", kLlamaConfig));
+  CHECK(biased.qkv_bias);
+  CHECK(biased.o_bias);
+  const Config qwen2_biased = parse_config(edited("attention_bias", "true"));
+  CHECK(qwen2_biased.qkv_bias);
+  CHECK_FALSE(qwen2_biased.o_bias);
+  CHECK(parse_config(edited("rope_scaling", R"({"rope_type": "default"})", kLlamaConfig))
+            .rope_scaling.type == RopeScaling::Type::none);
+  CHECK(parse_config(edited("rope_scaling",
+                            R"({"type": "llama3", "factor": 8, "low_freq_factor": 1,
+                                "high_freq_factor": 4, "original_max_position_embeddings": 8192})"))
+            .rope_scaling == RopeScaling{RopeScaling::Type::llama3, 8.0, 1.0, 4.0, 8192.0});
+  CHECK(parse_config(edited("layer_types", R"(["full_attention", "full_attention"])")).head_dim ==
+        64);
+  // A stated head_dim holds for Qwen2 too (transformers' Qwen2Attention reads it when present).
+  CHECK(parse_config(edited("head_dim", "128")).head_dim == 128);
+  // Without "architectures", "model_type" names the family.
+  nlohmann::json typed = nlohmann::json::parse(kQwen3Config);
+  typed.erase("architectures");
+  CHECK(parse_config(typed.dump()).architecture == Architecture::qwen3);
+}
+
+TEST_CASE("config.json: unknown families and unsupported features are refused by name",
+          "[qwen2][config][families]") {
+  struct Case {
+    std::string key, value, message;
+    const char* base = kQwen2Config;
+  };
+  const std::string llama3 =
+      R"("rope_type": "llama3", "low_freq_factor": 1, "high_freq_factor": 4,
+         "original_max_position_embeddings": 8192)";
+  const std::vector<Case> cases{
+      {"architectures", R"(["MistralForCausalLM"])",
+       "architecture \"MistralForCausalLM\" (key 'architectures') is not supported; supported: "
+       "Qwen2ForCausalLM, Qwen3ForCausalLM, LlamaForCausalLM"},
+      {"architectures", R"("Qwen2ForCausalLM")",
+       "key 'architectures' must be an array of one class name, got \"Qwen2ForCausalLM\""},
+      {"architectures", "[]", "key 'architectures' must be an array of one class name"},
+      {"architectures", R"(["Qwen2ForCausalLM", "LlamaForCausalLM"])",
+       "key 'architectures' must be an array of one class name"},
+      {"model_type", R"("llama")",
+       "key 'model_type' = \"llama\" contradicts 'architectures' Qwen2ForCausalLM (model_type "
+       "\"qwen2\")"},
+      {"model_type", "5", "key 'model_type' must be a string, got 5"},
+      {"rope_scaling", R"({"rope_type": "yarn", "factor": 4.0})",
+       "rope_scaling type \"yarn\" is not supported (\"llama3\", or null or \"default\" for "
+       "plain RoPE)"},
+      {"rope_scaling", R"({"type": "linear", "factor": 2.0})",
+       "rope_scaling type \"linear\" is not supported"},
+      {"rope_scaling", R"({"rope_type": "dynamic", "factor": 2.0})",
+       "rope_scaling type \"dynamic\""},
+      {"rope_scaling", R"({"factor": 2.0})",
+       "key 'rope_scaling' = {\"factor\": 2.0} has no "
+       "'rope_type'"},
+      {"rope_scaling", R"({"rope_type": 3})", "key 'rope_scaling.rope_type' must be a string"},
+      {"rope_scaling", R"("llama3")", "key 'rope_scaling' must be an object or null"},
+      {"rope_scaling", "{" + llama3 + "}", "key 'rope_scaling' of type llama3 lacks 'factor'",
+       kLlamaConfig},
+      {"rope_scaling", R"({"factor": "32", )" + llama3 + "}",
+       "key 'rope_scaling.factor' must be a number, got \"32\"", kLlamaConfig},
+      {"rope_scaling", R"({"factor": 0.5, )" + llama3 + "}",
+       "key 'rope_scaling.factor' must be >= 1, got 0.5", kLlamaConfig},
+      {"rope_scaling",
+       R"({"factor": 8, "rope_type": "llama3", "low_freq_factor": 4, "high_freq_factor": 4,
+           "original_max_position_embeddings": 8192})",
+       "key 'rope_scaling.high_freq_factor' (4) must exceed low_freq_factor (4)", kLlamaConfig},
+      {"rope_scaling",
+       R"({"factor": 8, "rope_type": "llama3", "low_freq_factor": 0, "high_freq_factor": 4,
+           "original_max_position_embeddings": 8192})",
+       "key 'rope_scaling.low_freq_factor' must be > 0, got 0", kLlamaConfig},
+      {"rope_scaling",
+       R"({"factor": 8, "rope_type": "llama3", "low_freq_factor": 1, "high_freq_factor": 4,
+           "original_max_position_embeddings": 0})",
+       "key 'rope_scaling.original_max_position_embeddings' must be positive, got 0", kLlamaConfig},
+      {"mlp_bias", "true", "mlp_bias = true is not supported", kLlamaConfig},
+      {"mlp_bias", R"("no")", "key 'mlp_bias' must be a boolean, got \"no\"", kLlamaConfig},
+      {"attention_bias", "1", "key 'attention_bias' must be a boolean, got 1", kLlamaConfig},
+      {"attention_bias", "false",
+       "attention_bias = false contradicts Qwen2ForCausalLM, whose q, k and v projections always "
+       "have biases"},
+      {"layer_types", R"(["full_attention", "sliding_attention"])",
+       "layer_types[1] = \"sliding_attention\" is not supported (full attention only"},
+      {"layer_types", R"("full_attention")", "key 'layer_types' must be an array"},
+      {"head_dim", "-128", "key 'head_dim' must be positive, got -128", kQwen3Config},
+      {"head_dim", "100000", "key 'head_dim' = 100000 exceeds the supported maximum", kQwen3Config},
+      {"use_sliding_window", "true", "use_sliding_window = true is not supported", kQwen3Config},
+      {"hidden_act", R"("gelu")", "key 'hidden_act' must be \"silu\"", kLlamaConfig},
+  };
+  for (const Case& c : cases) {
+    INFO(c.key << " = " << c.value);
+    REQUIRE_THROWS_WITH(
+        parse_config(edited(c.key, c.value, c.base), "my/config.json"),
+        AMC_CONTAINS("amc::qwen2::parse_config: my/config.json: ") && AMC_CONTAINS(c.message));
+  }
+  // Neither key, or only an unknown model_type: the family is not guessed.
+  nlohmann::json none = nlohmann::json::parse(kQwen2Config);
+  none.erase("architectures");
+  none["model_type"] = "mistral";
+  REQUIRE_THROWS_WITH(parse_config(none.dump()),
+                      AMC_CONTAINS("model_type \"mistral\" is not supported (no 'architectures' "
+                                   "key); supported: qwen2, qwen3, llama"));
+  none.erase("model_type");
+  REQUIRE_THROWS_WITH(parse_config(none.dump()),
+                      AMC_CONTAINS("neither 'architectures' nor 'model_type' names the model "
+                                   "family; expected one of Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                                   "LlamaForCausalLM"));
+  REQUIRE_THROWS_WITH(parse_architecture("mistral", "--family"),
+                      AMC_CONTAINS("amc::qwen2::parse_architecture: --family must be qwen2, "
+                                   "qwen3 or llama, got \"mistral\""));
 }
 
 TEST_CASE("config.json: amc_rope_angles names the RoPE angle convention", "[qwen2][config]") {
@@ -141,8 +333,8 @@ TEST_CASE("config.json: every bad field is refused by name", "[qwen2][config]") 
       {"hidden_act", "\"gelu\"", "key 'hidden_act' must be \"silu\""},
       {"use_sliding_window", "true", "use_sliding_window = true is not supported"},
       {"rope_scaling", "{\"type\": \"yarn\"}", "rope_scaling"},
-      {"head_dim", "128",
-       "key 'head_dim' = 128 differs from hidden_size / num_attention_heads = 64"},
+      {"head_dim", "0", "key 'head_dim' must be positive, got 0"},
+      {"head_dim", "63", "key 'head_dim' = 63 must be even for rotate-half RoPE"},
       {"eos_token_id", "-2", "key 'eos_token_id' must be >= 0"},
       // More wrong types, zero and negative sizes, and integers beyond int64.
       {"hidden_size", "true", "key 'hidden_size' must be an integer, got true"},
@@ -205,8 +397,8 @@ TEST_CASE("config.json: every bad field is refused by name", "[qwen2][config]") 
   // A value nested a million deep: the message shows it cut short, with no recursion over it
   // (json::dump would overflow the stack).
   std::string deep = kQwen2Config;
-  deep.insert(1, "\"hidden_size\": " + std::string(1000000, '[') + std::string(1000000, ']') +
-                     ", ");
+  deep.insert(1,
+              "\"hidden_size\": " + std::string(1000000, '[') + std::string(1000000, ']') + ", ");
   deep.erase(deep.find("\"hidden_size\": 896,"), 19);
   REQUIRE_THROWS_WITH(parse_config(deep),
                       AMC_CONTAINS("key 'hidden_size' must be an integer, got [[...]]"));
@@ -347,6 +539,116 @@ TEST_CASE("checkpoint loading errors name the file, the tensor and the shapes", 
   }
 }
 
+namespace {
+
+/// Sets config.json's family in `dir` to `architecture` (and its model_type).
+void relabel(const fs::path& dir, const std::string& architecture, const std::string& type) {
+  nlohmann::json config = nlohmann::json::parse(read_file(dir / "config.json"));
+  config["architectures"] = {architecture};
+  config["model_type"] = type;
+  write_text(dir / "config.json", config.dump(2));
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint loading: each family's tensors, and tensors another family would have",
+          "[qwen2][load][families]") {
+  TempDir root("family_load");
+  const fs::path qwen2 = root / "qwen2", qwen3 = root / "qwen3", llama = root / "llama";
+  write_synthetic_checkpoint(qwen2, amc::qwen2::test::tiny_spec(amc::StorageType::bf16));
+  write_synthetic_checkpoint(
+      qwen3, amc::qwen2::test::family_spec(Architecture::qwen3, amc::StorageType::bf16));
+  write_synthetic_checkpoint(
+      llama, amc::qwen2::test::family_spec(Architecture::llama, amc::StorageType::bf16));
+  {
+    const Checkpoint c = Checkpoint::load(qwen3);
+    const LayerWeights& l = c.weights().layers[1];
+    CHECK(l.q_norm.size() == 32);
+    CHECK(l.k_norm.size() == 32);
+    CHECK(l.q_bias.empty());
+    CHECK(l.o_bias.empty());
+    CHECK(l.q.rows == 128);
+    CHECK(l.o.cols == 128);
+    const Checkpoint d = Checkpoint::load(llama);
+    CHECK_FALSE(d.weights().tied);
+    CHECK(d.weights().lm_head.data != d.weights().embed.data);
+    CHECK(d.weights().layers[0].q_norm.empty());
+    CHECK(d.config().rope_scaling.type == RopeScaling::Type::llama3);
+  }
+  auto drop = [](const std::string& name) {
+    return [name](std::vector<amc::TensorToWrite>& tensors) {
+      std::erase_if(tensors, [&](const amc::TensorToWrite& t) { return t.name == name; });
+    };
+  };
+  SECTION("Qwen3: a missing or misshapen q/k norm weight") {
+    rewrite(qwen3, root / "no_k_norm", drop("model.layers.1.self_attn.k_norm.weight"));
+    REQUIRE_THROWS_WITH(Checkpoint::load(root / "no_k_norm"),
+                        AMC_CONTAINS("tensor 'model.layers.1.self_attn.k_norm.weight' is missing "
+                                     "(expected shape [32])"));
+    std::vector<amc::bf16> short_norm(16, amc::to_bf16(1.0f));
+    rewrite(qwen3, root / "short_q_norm", [&](auto& tensors) {
+      for (amc::TensorToWrite& t : tensors) {
+        if (t.name != "model.layers.0.self_attn.q_norm.weight") continue;
+        t = amc::make_tensor_to_write(t.name, {16}, std::span<const amc::bf16>(short_norm));
+      }
+    });
+    REQUIRE_THROWS_WITH(Checkpoint::load(root / "short_q_norm"),
+                        AMC_CONTAINS("tensor 'model.layers.0.self_attn.q_norm.weight' has shape "
+                                     "[16], expected [32]"));
+  }
+  SECTION("Llama: tie_word_embeddings false needs lm_head.weight") {
+    rewrite(llama, root / "no_lm_head", drop("lm_head.weight"));
+    REQUIRE_THROWS_WITH(Checkpoint::load(root / "no_lm_head"),
+                        AMC_CONTAINS("tensor 'lm_head.weight' is missing (expected shape [320, "
+                                     "64]: config.json says tie_word_embeddings false)"));
+  }
+  SECTION("a config.json naming the wrong family: missing or surplus tensors") {
+    // Qwen3 weights called Llama: the q/k norms would be ignored.
+    rewrite(qwen3, root / "qwen3_as_llama", [](auto&) {});
+    relabel(root / "qwen3_as_llama", "LlamaForCausalLM", "llama");
+    REQUIRE_THROWS_WITH(Checkpoint::load(root / "qwen3_as_llama"),
+                        AMC_CONTAINS("the checkpoint has tensor "
+                                     "'model.layers.0.self_attn.q_norm.weight', but config.json "
+                                     "describes LlamaForCausalLM (no q/k norms): does it name "
+                                     "the right architecture?"));
+    // Qwen2 weights called Llama: the q/k/v biases would be ignored.
+    rewrite(qwen2, root / "qwen2_as_llama", [](auto&) {});
+    relabel(root / "qwen2_as_llama", "LlamaForCausalLM", "llama");
+    REQUIRE_THROWS_WITH(Checkpoint::load(root / "qwen2_as_llama"),
+                        AMC_CONTAINS("has tensor 'model.layers.0.self_attn.q_proj.bias', but "
+                                     "config.json describes LlamaForCausalLM with attention_bias "
+                                     "false"));
+    // Llama weights called Qwen2: the biases Qwen2 must have are missing.
+    rewrite(llama, root / "llama_as_qwen2", [](auto&) {});
+    fs::copy_file(llama / "config.json", root / "llama_as_qwen2" / "config.json",
+                  fs::copy_options::overwrite_existing);
+    nlohmann::json config = nlohmann::json::parse(read_file(llama / "config.json"));
+    config["architectures"] = {"Qwen2ForCausalLM"};
+    config["model_type"] = "qwen2";
+    config.erase("attention_bias");
+    write_text(root / "llama_as_qwen2" / "config.json", config.dump());
+    REQUIRE_THROWS_WITH(Checkpoint::load(root / "llama_as_qwen2"),
+                        AMC_CONTAINS("tensor 'model.layers.0.self_attn.q_proj.bias' is missing"));
+  }
+  SECTION("biases no family here has: o_proj in Qwen2, MLP biases") {
+    std::vector<amc::bf16> bias(128, amc::to_bf16(0.5f));
+    rewrite(qwen2, root / "o_bias", [&](auto& tensors) {
+      tensors.push_back(amc::make_tensor_to_write("model.layers.1.self_attn.o_proj.bias", {64},
+                                                  std::span<const amc::bf16>(bias).first(64)));
+    });
+    REQUIRE_THROWS_WITH(Checkpoint::load(root / "o_bias"),
+                        AMC_CONTAINS("'model.layers.1.self_attn.o_proj.bias', but config.json "
+                                     "describes Qwen2ForCausalLM (no o_proj bias)"));
+    rewrite(llama, root / "mlp_bias", [&](auto& tensors) {
+      tensors.push_back(amc::make_tensor_to_write("model.layers.0.mlp.up_proj.bias", {128},
+                                                  std::span<const amc::bf16>(bias)));
+    });
+    REQUIRE_THROWS_WITH(Checkpoint::load(root / "mlp_bias"),
+                        AMC_CONTAINS("'model.layers.0.mlp.up_proj.bias', but config.json "
+                                     "describes LlamaForCausalLM (no MLP biases)"));
+  }
+}
+
 TEST_CASE("synthetic checkpoints: same seed, same bytes; another seed, other weights",
           "[qwen2][synth]") {
   TempDir root("synth");
@@ -377,6 +679,46 @@ TEST_CASE("synthetic checkpoints: same seed, same bytes; another seed, other wei
     const Config c = load_config(root / "a");
     CHECK(c.eos_token_id == 317);  // the synthetic tokenizer's <|endoftext|>
   }
+  // Every family: its names and shapes, the same bytes for the same seed.
+  for (const auto family : {Architecture::qwen3, Architecture::llama}) {
+    const SynthSpec spec = amc::qwen2::test::family_spec(family, amc::StorageType::bf16, 9);
+    write_synthetic_checkpoint(root / "fa", spec);
+    write_synthetic_checkpoint(root / "fb", spec);
+    INFO(to_string(family));
+    CHECK(read_file(root / "fa" / "model.safetensors") ==
+          read_file(root / "fb" / "model.safetensors"));
+    const amc::SafetensorsFile file = amc::SafetensorsFile::open(root / "fa" / "model.safetensors");
+    const nlohmann::json config = nlohmann::json::parse(read_file(root / "fa" / "config.json"));
+    CHECK(config["architectures"][0] == std::string(to_string(family)));
+    CHECK(config["attention_bias"] == false);
+    CHECK(file.find("model.layers.0.self_attn.q_proj.bias") == nullptr);
+    CHECK(file.find("model.layers.0.self_attn.o_proj.bias") == nullptr);
+    if (family == Architecture::qwen3) {
+      // 2 + 11 per layer (q_norm and k_norm instead of 3 biases), tied.
+      CHECK(file.tensors().size() == 2 + 11 * 2);
+      CHECK(config["head_dim"] == 32);
+      CHECK(file.at("model.layers.1.self_attn.q_norm.weight").shape ==
+            std::vector<std::int64_t>{32});
+      CHECK(file.at("model.layers.0.self_attn.q_proj.weight").shape ==
+            std::vector<std::int64_t>{128, 64});
+      CHECK(file.at("model.layers.0.self_attn.o_proj.weight").shape ==
+            std::vector<std::int64_t>{64, 128});
+    } else {
+      // 3 (embedding, final norm, lm_head) + 9 per layer.
+      CHECK(file.tensors().size() == 3 + 9 * 2);
+      CHECK(file.at("lm_head.weight").shape == std::vector<std::int64_t>{320, 64});
+      CHECK(config["tie_word_embeddings"] == false);
+      CHECK(config["rope_scaling"]["rope_type"] == "llama3");
+      CHECK(config["mlp_bias"] == false);
+    }
+  }
+  // The real shapes parse as their published configs do.
+  CHECK(synth_shape("qwen3-0.6b").head_dim == parse_config(kQwen3Config).head_dim);
+  CHECK(synth_shape("qwen3-0.6b").qk_norm);
+  CHECK(synth_shape("llama-3.2-1b").rope_scaling == parse_config(kLlamaConfig).rope_scaling);
+  CHECK(synth_shape("smollm2-135m").architecture == Architecture::llama);
+  CHECK(synth_shape("smollm2-135m").intermediate_size == 1536);
+
   SynthSpec bad = amc::qwen2::test::tiny_spec(amc::StorageType::bf16);
   bad.config.num_key_value_heads = 3;
   REQUIRE_THROWS_WITH(
@@ -385,7 +727,12 @@ TEST_CASE("synthetic checkpoints: same seed, same bytes; another seed, other wei
   bad = amc::qwen2::test::tiny_spec(amc::StorageType::f16);
   REQUIRE_THROWS_WITH(write_synthetic_checkpoint(root / "bad", bad),
                       AMC_CONTAINS("dtype must be bf16 or f32"));
-  REQUIRE_THROWS_WITH(synth_shape("huge"), AMC_CONTAINS("shape must be 'tiny' or 'qwen2-0.5b'"));
+  REQUIRE_THROWS_WITH(synth_shape("huge"),
+                      AMC_CONTAINS("shape must be one of tiny, qwen2-0.5b, qwen3-0.6b, "
+                                   "smollm2-135m, llama-3.2-1b, got 'huge'"));
+  REQUIRE_THROWS_WITH(synth_shape("qwen3-0.6b", Architecture::llama),
+                      AMC_CONTAINS("shape 'qwen3-0.6b' is a Qwen3ForCausalLM shape; it cannot be "
+                                   "written as LlamaForCausalLM"));
 }
 
 // --- fuzzing regressions (fuzz/regressions/fuzz_config/) ---------------------------------------
@@ -453,11 +800,13 @@ TEST_CASE("non-finite weights: decode flags the attention, generate refuses the 
         const auto* stored = reinterpret_cast<const amc::bf16*>(t.bytes.data());
         head.assign(stored, stored + vocab * hidden);  // a finite, untied lm_head
         embed.assign(vocab * hidden, amc::to_bf16(nan));
-        std::copy_n(stored + 5 * hidden, hidden, embed.begin() + 5 * static_cast<std::ptrdiff_t>(hidden));
+        std::copy_n(stored + 5 * hidden, hidden,
+                    embed.begin() + 5 * static_cast<std::ptrdiff_t>(hidden));
         t = amc::make_tensor_to_write(t.name, t.shape, std::span<const amc::bf16>(embed));
       }
-      tensors.push_back(amc::make_tensor_to_write(
-          "lm_head.weight", {config.vocab_size, config.hidden_size}, std::span<const amc::bf16>(head)));
+      tensors.push_back(amc::make_tensor_to_write("lm_head.weight",
+                                                  {config.vocab_size, config.hidden_size},
+                                                  std::span<const amc::bf16>(head)));
     });
     const Checkpoint checkpoint = Checkpoint::load(dir);
     Session session(checkpoint);

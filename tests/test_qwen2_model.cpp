@@ -1,5 +1,6 @@
-// The Qwen2 reference transformer on tiny synthetic checkpoints: against a naive double
-// implementation, prefill against decode, sparse against dense, threads, dtypes.
+// The reference transformer on tiny synthetic checkpoints of every family (Qwen2, Qwen3,
+// Llama): against a naive double implementation, prefill against decode, sparse against dense,
+// threads, dtypes, RoPE tables (with llama3 scaling) against torch's.
 #include <amc/amc.hpp>
 
 #include <algorithm>
@@ -28,6 +29,7 @@ namespace {
 using namespace amc::qwen2;
 using amc::qwen2::test::NaiveQwen2;
 using amc::qwen2::test::NaiveRope;
+using amc::qwen2::test::NaiveVariant;
 using amc::qwen2::test::prompt_ids;
 using amc::qwen2::test::relative_error;
 using amc::qwen2::test::TempDir;
@@ -114,6 +116,113 @@ TEST_CASE("prefill logits match a naive double-precision Qwen2 (f32 weights)", "
       INFO("decode path: max relative error " << worst);
       CHECK(worst < 1e-4);
     }
+  }
+}
+
+TEST_CASE("Qwen3 and Llama prefill and decode logits match the naive double-precision model",
+          "[qwen2][families]") {
+  using amc::qwen2::test::family_spec;
+  struct Case {
+    std::string name;
+    SynthSpec spec;
+    // Mistakes the comparison must catch: the naive model with each gives other logits.
+    std::vector<NaiveVariant> mistakes;
+  };
+  SynthSpec llama_bias = family_spec(Architecture::llama, amc::StorageType::f32, 5);
+  llama_bias.config.qkv_bias = true;  // attention_bias true: q, k, v and o_proj biases
+  llama_bias.config.tie_word_embeddings = true;
+  llama_bias.config.rope_scaling = {};
+  const std::vector<Case> cases{
+      {"qwen3: head_dim 32 (not hidden / heads = 16), q/k norms",
+       family_spec(Architecture::qwen3, amc::StorageType::f32),
+       {NaiveVariant::no_qk_norm, NaiveVariant::qk_norm_after_rope}},
+      {"llama: untied lm_head, llama3 RoPE scaling",
+       family_spec(Architecture::llama, amc::StorageType::f32),
+       {NaiveVariant::no_rope_scaling}},
+      {"llama: attention_bias true (q, k, v, o biases), tied", llama_bias, {}},
+  };
+  for (const Case& c : cases) {
+    TempDir dir("family");
+    write_synthetic_checkpoint(dir.path(), c.spec);
+    const Checkpoint checkpoint = Checkpoint::load(dir.path());
+    const Config& cfg = checkpoint.config();
+    INFO(c.name);
+    CHECK(cfg.architecture == c.spec.config.architecture);
+    CHECK(checkpoint.weights().tied == cfg.tie_word_embeddings);
+    if (cfg.architecture == Architecture::qwen3) {
+      CHECK(cfg.head_dim == 32);
+      CHECK(checkpoint.weights().layers[0].q.rows == 4 * 32);
+      CHECK(checkpoint.weights().layers[0].o.cols == 4 * 32);
+      CHECK(cfg.qk_norm);
+      CHECK_FALSE(cfg.qkv_bias);
+    }
+    CHECK(cfg.o_bias == (c.name.find("attention_bias") != std::string::npos));
+    for (const auto rope : {NaiveRope::transformers, NaiveRope::exact}) {
+      const NaiveQwen2 naive(dir.path(), rope);
+      const std::vector<std::int32_t> tokens = prompt_ids(40, naive.vocab(), 19);
+      const auto expected = naive.logits(tokens, false);
+      SessionOptions o;
+      o.rope_angles = rope == NaiveRope::exact ? RopeAngles::exact : RopeAngles::transformers;
+      Session session(checkpoint, o);
+      const std::vector<float> logits = prefill_all(session, tokens);
+      double worst = 0.0;
+      for (std::size_t t = 0; t < tokens.size(); ++t) {
+        worst =
+            std::max(worst, relative_error(logits.data() + t * expected[t].size(), expected[t]));
+      }
+      INFO("rope " << (rope == NaiveRope::exact ? "exact" : "transformers")
+                   << ": prefill max relative error " << worst);
+      CHECK(worst < 1e-4);
+
+      Session stepwise(checkpoint, o);
+      std::vector<float> step(expected[0].size());
+      stepwise.prefill(std::span(tokens.data(), 1), step);
+      double decode_worst = relative_error(step.data(), expected[0]);
+      for (std::size_t t = 1; t < tokens.size(); ++t) {
+        stepwise.decode(tokens[t], step);
+        decode_worst = std::max(decode_worst, relative_error(step.data(), expected[t]));
+      }
+      INFO("decode path: max relative error " << decode_worst);
+      CHECK(decode_worst < 1e-4);
+
+      if (rope == NaiveRope::exact) continue;
+      for (const NaiveVariant mistake : c.mistakes) {
+        const auto wrong = NaiveQwen2(dir.path(), rope, mistake).logits(tokens, false);
+        double distance = 0.0;
+        for (std::size_t t = 0; t < tokens.size(); ++t) {
+          distance =
+              std::max(distance, relative_error(logits.data() + t * wrong[t].size(), wrong[t]));
+        }
+        INFO("against the naive model with mistake " << static_cast<int>(mistake) << ": "
+                                                     << distance);
+        CHECK(distance > 1e-2);
+      }
+    }
+  }
+}
+
+TEST_CASE("Qwen3 and Llama: sparse decode with a covering support is dense decode, any threads",
+          "[qwen2][families]") {
+  for (const auto family : {Architecture::qwen3, Architecture::llama}) {
+    TempDir dir("family_sparse");
+    write_synthetic_checkpoint(dir.path(),
+                               amc::qwen2::test::family_spec(family, amc::StorageType::bf16, 13));
+    const Checkpoint checkpoint = Checkpoint::load(dir.path());
+    const std::vector<std::int32_t> prompt = prompt_ids(45, checkpoint.config().vocab_size, 7);
+    const Run dense = greedy(checkpoint, SessionOptions{}, prompt, 8);
+    amc::SparseConfig config;
+    config.block_size = 8;
+    config.top_k = 1000;
+    config.sinks = 0;
+    config.window = 0;
+    config.scope = amc::SelectionScope::per_group;
+    const Run sparse = greedy(checkpoint, sparse_options(config, 2), prompt, 8);
+    INFO(to_string(family));
+    CHECK(sparse.tokens == dense.tokens);
+    CHECK(sparse.logits == dense.logits);
+    SessionOptions threads;
+    threads.threads = 3;
+    CHECK(greedy(checkpoint, threads, prompt, 8).logits == dense.logits);
   }
 }
 
@@ -710,6 +819,102 @@ TEST_CASE("transformers' RoPE angles are torch's float32 ones to within one ulp"
     differing += mine != from_bits(kTorchInvFreq1e4d96[i]);
   }
   CHECK(differing <= 1);
+}
+
+namespace {
+
+/// transformers' llama3 inverse frequencies (_compute_llama3_parameters) as bits, computed with
+/// PyTorch 1.13 on x86-64 CPU (Debian's python3-torch) from the same code: Llama 3.2's
+/// parameters (theta 5e5, head_dim 64, factor 32, low 1, high 4, original 8192; pairs 15-17 are
+/// interpolated), then the tiny synthetic Llama's (theta 1e4, head_dim 16, factor 8, low 1,
+/// high 8, original 1024; pairs 3-4 interpolated). kTorchInvFreq5e5d64 is the unscaled table.
+constexpr std::uint32_t kTorchInvFreq5e5d64[32] = {
+    0x3F800000u, 0x3F29E1C6u, 0x3EE177BCu, 0x3E959EE3u, 0x3E4693B0u, 0x3E03C6A0u, 0x3DAEE4ADu,
+    0x3D681E67u, 0x3D1A08C8u, 0x3CCC6F49u, 0x3C87A9C3u, 0x3C340D6Du, 0x3BEEF74Fu, 0x3B9E9402u,
+    0x3B527720u, 0x3B0BAA41u, 0x3AB95D21u, 0x3A7603EAu, 0x3A23418Du, 0x39D8AC81u, 0x398FC8F8u,
+    0x393ED4F4u, 0x38FD45C3u, 0x38A8126Bu, 0x385F10C4u, 0x381406CBu, 0x37C47610u, 0x37825F34u,
+    0x372D07A7u, 0x36E5A54Du, 0x369864A7u, 0x364A41B0u};
+constexpr std::uint32_t kTorchLlama32InvFreq[32] = {
+    0x3F800000u, 0x3F29E1C6u, 0x3EE177BCu, 0x3E959EE3u, 0x3E4693B0u, 0x3E03C6A0u, 0x3DAEE4ADu,
+    0x3D681E67u, 0x3D1A08C8u, 0x3CCC6F49u, 0x3C87A9C3u, 0x3C340D6Du, 0x3BEEF74Fu, 0x3B9E9402u,
+    0x3B527720u, 0x3AA9279Bu, 0x39E13620u, 0x38CB98F7u, 0x37A3418Du, 0x3758AC81u, 0x370FC8F8u,
+    0x36BED4F4u, 0x367D45C3u, 0x3628126Bu, 0x35DF10C4u, 0x359406CBu, 0x35447610u, 0x35025F34u,
+    0x34AD07A7u, 0x3465A54Du, 0x341864A7u, 0x33CA41B0u};
+constexpr std::uint32_t kTorchTinyLlamaInvFreq[8] = {0x3F800000u, 0x3EA1E89Bu, 0x3DCCCCCDu,
+                                                     0x3CA6E2D5u, 0x3B058243u, 0x39CF3E38u,
+                                                     0x3903126Fu, 0x3825CB60u};
+
+}  // namespace
+
+TEST_CASE("llama3 RoPE scaling: torch's float32 frequencies, bands, and the naive emulation",
+          "[qwen2][rope][families]") {
+  using amc::qwen2::test::naive_inverse_frequency;
+  using amc::qwen2::test::NaiveLlama3;
+  const RopeScaling llama32{RopeScaling::Type::llama3, 32.0, 1.0, 4.0, 8192.0};
+  const RotaryTable unscaled(RopeAngles::transformers, 5e5, 64);
+  const RotaryTable scaled(RopeAngles::transformers, 5e5, 64, llama32);
+  std::int64_t differing = 0;
+  for (int i = 0; i < 32; ++i) {
+    INFO("Llama 3.2, pair " << i);
+    const auto base = static_cast<float>(unscaled.inverse_frequency()[static_cast<std::size_t>(i)]);
+    const auto mine = static_cast<float>(scaled.inverse_frequency()[static_cast<std::size_t>(i)]);
+    // Where amc's unscaled frequency is torch's bitwise (all but torch's rare float pow
+    // rounding, rope.hpp), the rescaled one must be too: the llama3 steps are IEEE float
+    // operations in torch's order.
+    if (base == from_bits(kTorchInvFreq5e5d64[i])) {
+      CHECK(mine == from_bits(kTorchLlama32InvFreq[i]));
+    } else {
+      CHECK(ulps(mine, from_bits(kTorchLlama32InvFreq[i])) <= 1);
+      ++differing;
+    }
+  }
+  CHECK(differing <= 1);
+  const RotaryTable tiny(RopeAngles::transformers, 1e4, 16,
+                         {RopeScaling::Type::llama3, 8.0, 1.0, 8.0, 1024.0});
+  for (int i = 0; i < 8; ++i) {
+    INFO("tiny Llama, pair " << i);
+    CHECK(static_cast<float>(tiny.inverse_frequency()[static_cast<std::size_t>(i)]) ==
+          from_bits(kTorchTinyLlamaInvFreq[i]));
+  }
+
+  // Both conventions against the naive emulation (bitwise for transformers', to double
+  // rounding for exact), and the bands of the exact table: kept, interpolated strictly between
+  // kept and divided, divided by the factor.
+  const NaiveLlama3 naive_scaling{32.0, 1.0, 4.0, 8192.0};
+  const RotaryTable exact(RopeAngles::exact, 5e5, 64, llama32);
+  const RotaryTable exact_unscaled(RopeAngles::exact, 5e5, 64);
+  int kept = 0, interpolated = 0, divided = 0;
+  for (int i = 0; i < 32; ++i) {
+    INFO("pair " << i);
+    const auto index = static_cast<std::size_t>(i);
+    CHECK(scaled.inverse_frequency()[index] ==
+          naive_inverse_frequency(NaiveRope::transformers, 5e5, 64, i, &naive_scaling));
+    const double want = naive_inverse_frequency(NaiveRope::exact, 5e5, 64, i, &naive_scaling);
+    CHECK(std::abs(exact.inverse_frequency()[index] - want) <= 1e-15 * want);
+    const double f = exact.inverse_frequency()[index];
+    const double plain = exact_unscaled.inverse_frequency()[index];
+    if (f == plain) {
+      ++kept;
+    } else if (std::abs(f - plain / 32.0) <= 1e-15 * f) {
+      ++divided;
+    } else {
+      CHECK(f > plain / 32.0);
+      CHECK(f < plain);
+      ++interpolated;
+    }
+  }
+  CHECK(kept == 15);
+  CHECK(interpolated == 3);
+  CHECK(divided == 14);
+  // Angles use the rescaled frequencies.
+  CHECK(scaled.angle(1000, 20) == amc::qwen2::test::naive_rope_angle(NaiveRope::transformers, 5e5,
+                                                                     64, 1000, 20, &naive_scaling));
+  REQUIRE_THROWS_WITH(
+      RotaryTable(RopeAngles::exact, 1e4, 16, {RopeScaling::Type::llama3, 0.5, 1.0, 4.0, 8192.0}),
+      AMC_CONTAINS("amc::qwen2::RotaryTable") && AMC_CONTAINS("factor must be finite and >= 1"));
+  REQUIRE_THROWS_WITH(
+      RotaryTable(RopeAngles::exact, 1e4, 16, {RopeScaling::Type::llama3, 8.0, 4.0, 4.0, 8192.0}),
+      AMC_CONTAINS("0 < low_freq_factor (4) < high_freq_factor (4)"));
 }
 
 TEST_CASE("the two RoPE angle conventions part by the documented amounts", "[qwen2][rope]") {

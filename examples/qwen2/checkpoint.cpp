@@ -162,6 +162,9 @@ class CheckpointLoader {
     return file->to_f32(name);
   }
 
+  /// The file to name in a message about a missing tensor: the single file, or the index.
+  std::string source() const { return source_name(); }
+
   /// The widest dtype among the matrices loaded so far.
   StorageType stored_dtype() const {
     return stored_f32_ ? StorageType::f32 : stored_f16_ ? StorageType::f16 : StorageType::bf16;
@@ -196,7 +199,22 @@ Checkpoint Checkpoint::load(const std::filesystem::path& dir) {
   const std::int64_t q_rows = cfg.num_attention_heads * cfg.head_dim;
   const std::int64_t kv_rows = cfg.num_key_value_heads * cfg.head_dim;
   const std::int64_t inter = cfg.intermediate_size;
+  const std::string family_name(to_string(cfg.architecture));
   Weights& w = c.weights_;
+  // A vector the config's features call for, or, when they do not, a check that the
+  // checkpoint does not hold it either.
+  auto feature = [&](bool wanted, const std::string& name, std::int64_t size,
+                     const char* why_absent) {
+    if (wanted) return loader.vector(name, size);
+    if (loader.has(name)) {
+      detail::throw_error(kWhere, (dir / "config.json").string(), ": the checkpoint has tensor '",
+                          name, "', but config.json describes ", family_name, " ", why_absent,
+                          ": does it name the right architecture?");
+    }
+    return std::vector<float>{};
+  };
+  const char* no_attention_bias =
+      family(cfg.architecture).attention_bias_key ? "with attention_bias false" : "";
   w.embed = loader.matrix("model.embed_tokens.weight", cfg.vocab_size, hidden);
   w.layers.resize(static_cast<std::size_t>(cfg.num_hidden_layers));
   for (std::int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
@@ -204,19 +222,33 @@ Checkpoint Checkpoint::load(const std::filesystem::path& dir) {
     LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
     l.input_norm = loader.vector(p + "input_layernorm.weight", hidden);
     l.q = loader.matrix(p + "self_attn.q_proj.weight", q_rows, hidden);
-    l.q_bias = loader.vector(p + "self_attn.q_proj.bias", q_rows);
+    l.q_bias = feature(cfg.qkv_bias, p + "self_attn.q_proj.bias", q_rows, no_attention_bias);
     l.k = loader.matrix(p + "self_attn.k_proj.weight", kv_rows, hidden);
-    l.k_bias = loader.vector(p + "self_attn.k_proj.bias", kv_rows);
+    l.k_bias = feature(cfg.qkv_bias, p + "self_attn.k_proj.bias", kv_rows, no_attention_bias);
     l.v = loader.matrix(p + "self_attn.v_proj.weight", kv_rows, hidden);
-    l.v_bias = loader.vector(p + "self_attn.v_proj.bias", kv_rows);
+    l.v_bias = feature(cfg.qkv_bias, p + "self_attn.v_proj.bias", kv_rows, no_attention_bias);
+    l.q_norm = feature(cfg.qk_norm, p + "self_attn.q_norm.weight", cfg.head_dim, "(no q/k norms)");
+    l.k_norm = feature(cfg.qk_norm, p + "self_attn.k_norm.weight", cfg.head_dim, "(no q/k norms)");
     l.o = loader.matrix(p + "self_attn.o_proj.weight", hidden, q_rows);
+    l.o_bias = feature(cfg.o_bias, p + "self_attn.o_proj.bias", hidden,
+                       cfg.qkv_bias ? "(no o_proj bias)" : no_attention_bias);
     l.post_norm = loader.vector(p + "post_attention_layernorm.weight", hidden);
     l.gate = loader.matrix(p + "mlp.gate_proj.weight", inter, hidden);
     l.up = loader.matrix(p + "mlp.up_proj.weight", inter, hidden);
     l.down = loader.matrix(p + "mlp.down_proj.weight", hidden, inter);
+    for (const char* m : {"gate_proj", "up_proj", "down_proj"}) {
+      feature(false, p + "mlp." + m + ".bias", 0, "(no MLP biases)");
+    }
   }
   w.final_norm = loader.vector("model.norm.weight", hidden);
   w.tied = !loader.has("lm_head.weight");
+  if (w.tied && !cfg.tie_word_embeddings) {
+    detail::throw_error(kWhere, loader.source(),
+                        ": tensor 'lm_head.weight' is missing (expected "
+                        "shape [",
+                        cfg.vocab_size, ", ", hidden,
+                        "]: config.json says tie_word_embeddings false)");
+  }
   w.lm_head = w.tied ? w.embed : loader.matrix("lm_head.weight", cfg.vocab_size, hidden);
   c.weight_dtype_ = loader.stored_dtype();
   return c;

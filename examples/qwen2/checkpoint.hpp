@@ -1,7 +1,7 @@
-// A Qwen2 checkpoint in Hugging Face format, memory-mapped: config.json plus model.safetensors
-// (or model.safetensors.index.json and its shards). Weight matrices are used in place, in the
-// dtype the file stores (BF16, F16 or F32): nothing is converted up front, so a 1 GB bf16
-// checkpoint costs 1 GB of page cache, not 2 GB of f32 copies.
+// A checkpoint of any supported family (family.hpp) in Hugging Face format, memory-mapped:
+// config.json plus model.safetensors (or model.safetensors.index.json and its shards). Weight
+// matrices are used in place, in the dtype the file stores (BF16, F16 or F32): nothing is converted
+// up front, so a 1 GB bf16 checkpoint costs 1 GB of page cache, not 2 GB of f32 copies.
 #pragma once
 
 #include <amc/io/safetensors.hpp>
@@ -36,16 +36,20 @@ struct Matrix {
   }
 };
 
-/// One decoder layer. Vectors (norm weights, biases) are small, so they are kept as f32 copies.
+/// One decoder layer. Vectors (norm weights, biases) are small, so they are kept as f32 copies;
+/// those of features the config does not have (Config::qkv_bias, o_bias, qk_norm) are empty.
 struct LayerWeights {
   std::vector<float> input_norm;  ///< [hidden]
   Matrix q;                       ///< [heads * head_dim, hidden]
   Matrix k;                       ///< [kv_heads * head_dim, hidden]
   Matrix v;                       ///< [kv_heads * head_dim, hidden]
-  std::vector<float> q_bias;      ///< [heads * head_dim]
-  std::vector<float> k_bias;      ///< [kv_heads * head_dim]
-  std::vector<float> v_bias;      ///< [kv_heads * head_dim]
-  Matrix o;                       ///< [hidden, heads * head_dim], no bias
+  std::vector<float> q_bias;      ///< [heads * head_dim] or empty
+  std::vector<float> k_bias;      ///< [kv_heads * head_dim] or empty
+  std::vector<float> v_bias;      ///< [kv_heads * head_dim] or empty
+  std::vector<float> q_norm;      ///< [head_dim] or empty: RMSNorm weight of every query head
+  std::vector<float> k_norm;      ///< [head_dim] or empty: RMSNorm weight of every key head
+  Matrix o;                       ///< [hidden, heads * head_dim]
+  std::vector<float> o_bias;      ///< [hidden] or empty
   std::vector<float> post_norm;   ///< [hidden]
   Matrix gate;                    ///< [intermediate, hidden]
   Matrix up;                      ///< [intermediate, hidden]
@@ -57,7 +61,9 @@ struct Weights {
   std::vector<LayerWeights> layers;  ///< [layers]
   std::vector<float> final_norm;     ///< [hidden]
   Matrix lm_head;                    ///< [vocab, hidden]; the embedding itself when tied
-  bool tied = true;                  ///< no lm_head.weight in the checkpoint
+  /// No lm_head.weight in the checkpoint (tie_word_embeddings true or absent); with one, it is
+  /// used whatever the flag says (QWEN2.md), and tie_word_embeddings false requires one.
+  bool tied = true;
 
   /// Bytes of the matrices one decode step reads (every layer matrix and the unembedding).
   std::size_t decode_bytes() const;
@@ -66,8 +72,11 @@ struct Weights {
 class Checkpoint {
  public:
   /// Loads DIR: config.json, then model.safetensors, or model.safetensors.index.json and the
-  /// shards it names. Throws amc::error "amc::qwen2::Checkpoint::load: <file>: ..." naming the
-  /// missing file, the missing tensor, or the tensor with its expected and found shape.
+  /// shards it names: the tensors the config's family and features call for. Throws
+  /// amc::error "amc::qwen2::Checkpoint::load: <file>: ..." naming the missing file, the
+  /// missing tensor, the tensor with its expected and found shape, or a tensor of a feature
+  /// the config does not have (a q_norm in a Qwen2 checkpoint, biases in a Llama one: the
+  /// config.json names the wrong family, and ignoring them would compute another model).
   static Checkpoint load(const std::filesystem::path& dir);
 
   Checkpoint(Checkpoint&&) noexcept;

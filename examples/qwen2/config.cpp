@@ -22,6 +22,7 @@ constexpr std::int64_t kMaxHidden = 1 << 16;
 constexpr std::int64_t kMaxIntermediate = 1 << 20;
 constexpr std::int64_t kMaxLayers = 1 << 12;
 constexpr std::int64_t kMaxHeads = 1 << 12;
+constexpr std::int64_t kMaxHeadDim = 1 << 12;
 constexpr std::int64_t kMaxVocab = 1 << 24;
 constexpr std::int64_t kMaxPositions = std::int64_t{1} << 30;
 constexpr std::int64_t kMaxInteger = std::numeric_limits<std::int64_t>::max();
@@ -97,6 +98,14 @@ class Reader {
     if (v > limit) fail("key '", key, "' = ", v, " exceeds the supported maximum ", limit);
   }
 
+  /// The boolean `key`, or `fallback` when it is absent or null.
+  bool boolean(const char* key, bool fallback) const {
+    const json* v = optional(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) fail("key '", key, "' must be a boolean, got ", brief(*v));
+    return v->get<bool>();
+  }
+
   double number(const char* key, const json& value) const {
     if (!value.is_number()) fail("key '", key, "' must be a number, got ", brief(value));
     return value.get<double>();
@@ -125,6 +134,98 @@ class Reader {
   const std::string& source_;
 };
 
+/// The family: config.json's "architectures" (its one entry), else its "model_type"; both
+/// present must agree. Neither is refused: since this transformer runs several families, a
+/// config that does not say which one it describes would be guessed at.
+Architecture architecture(const Reader& r) {
+  std::optional<Architecture> named;
+  if (const json* v = r.optional("architectures")) {
+    if (!v->is_array() || v->size() != 1 || !(*v)[0].is_string()) {
+      r.fail("key 'architectures' must be an array of one class name, got ", brief(*v));
+    }
+    const std::string name = (*v)[0].get<std::string>();
+    named = architecture_from_class_name(name);
+    if (!named) {
+      r.fail("architecture \"", name,
+             "\" (key 'architectures') is not supported; supported: ", known_class_names());
+    }
+  }
+  if (const json* v = r.optional("model_type")) {
+    if (!v->is_string()) r.fail("key 'model_type' must be a string, got ", brief(*v));
+    const std::string type = v->get<std::string>();
+    if (named) {
+      if (type != family(*named).model_type) {
+        r.fail("key 'model_type' = \"", type, "\" contradicts 'architectures' ",
+               family(*named).class_name, " (model_type \"", family(*named).model_type, "\")");
+      }
+    } else {
+      named = architecture_from_model_type(type);
+      if (!named) {
+        r.fail("model_type \"", type,
+               "\" is not supported (no 'architectures' key); supported: qwen2, qwen3, llama");
+      }
+    }
+  }
+  if (!named) {
+    r.fail("neither 'architectures' nor 'model_type' names the model family; expected one of ",
+           known_class_names());
+  }
+  return *named;
+}
+
+/// config.json's "rope_scaling": null, absent or rope_type "default" is plain RoPE; "llama3"
+/// with its four parameters (all required, as transformers' validation requires them); any
+/// other type (linear, dynamic, yarn, longrope, ...) is refused by name.
+RopeScaling rope_scaling(const Reader& r) {
+  RopeScaling s;
+  const json* v = r.optional("rope_scaling");
+  if (v == nullptr) return s;
+  if (!v->is_object()) r.fail("key 'rope_scaling' must be an object or null, got ", brief(*v));
+  // transformers reads "rope_type", or "type" in configs written before the rename.
+  auto member = [&](const char* key) -> const json* {
+    const auto it = v->find(key);
+    return it == v->end() || it->is_null() ? nullptr : &*it;
+  };
+  const json* type = member("rope_type");
+  if (type == nullptr) type = member("type");
+  if (type == nullptr) r.fail("key 'rope_scaling' = ", brief(*v), " has no 'rope_type'");
+  if (!type->is_string()) {
+    r.fail("key 'rope_scaling.rope_type' must be a string, got ", brief(*type));
+  }
+  const std::string name = type->get<std::string>();
+  if (name == "default") return s;
+  if (name != "llama3") {
+    r.fail("rope_scaling type \"", name,
+           "\" is not supported (\"llama3\", or null or \"default\" for plain RoPE)");
+  }
+  auto number = [&](const char* key) {
+    const json* value = member(key);
+    if (value == nullptr) r.fail("key 'rope_scaling' of type llama3 lacks '", key, "'");
+    if (!value->is_number()) {
+      r.fail("key 'rope_scaling.", key, "' must be a number, got ", brief(*value));
+    }
+    return value->get<double>();
+  };
+  s.type = RopeScaling::Type::llama3;
+  s.factor = number("factor");
+  s.low_freq_factor = number("low_freq_factor");
+  s.high_freq_factor = number("high_freq_factor");
+  s.original_max_position_embeddings = number("original_max_position_embeddings");
+  if (!(s.factor >= 1.0)) r.fail("key 'rope_scaling.factor' must be >= 1, got ", s.factor);
+  if (!(s.low_freq_factor > 0.0)) {
+    r.fail("key 'rope_scaling.low_freq_factor' must be > 0, got ", s.low_freq_factor);
+  }
+  if (!(s.high_freq_factor > s.low_freq_factor)) {
+    r.fail("key 'rope_scaling.high_freq_factor' (", s.high_freq_factor,
+           ") must exceed low_freq_factor (", s.low_freq_factor, ")");
+  }
+  if (!(s.original_max_position_embeddings > 0.0)) {
+    r.fail("key 'rope_scaling.original_max_position_embeddings' must be positive, got ",
+           s.original_max_position_embeddings);
+  }
+  return s;
+}
+
 }  // namespace
 
 Config parse_config(std::string_view json_text, const std::string& source) {
@@ -151,45 +252,76 @@ Config parse_config(std::string_view json_text, const std::string& source) {
   } else {
     c.num_key_value_heads = c.num_attention_heads;
   }
-  c.max_position_embeddings = 32768;  // Qwen2Config's default
+  c.max_position_embeddings = 32768;  // Qwen2Config's and Qwen3Config's default
   if (const json* v = r.optional("max_position_embeddings")) {
     c.max_position_embeddings = r.integer("max_position_embeddings", *v);
     r.check_size("max_position_embeddings", c.max_position_embeddings, kMaxPositions);
   }
 
-  if (c.hidden_size % c.num_attention_heads != 0) {
-    r.fail("num_attention_heads (", c.num_attention_heads, ") does not divide hidden_size (",
-           c.hidden_size, ")");
+  c.architecture = architecture(r);
+  const Family& fam = family(c.architecture);
+
+  // head_dim: stated (every family's attention reads config.head_dim when present, Qwen2's as
+  // getattr(config, "head_dim", hidden_size // num_attention_heads)), else the family's default.
+  if (const json* v = r.optional("head_dim")) {
+    c.head_dim = r.integer("head_dim", *v);
+    r.check_size("head_dim", c.head_dim, kMaxHeadDim);
+    if (c.head_dim % 2 != 0) {
+      r.fail("key 'head_dim' = ", c.head_dim, " must be even for rotate-half RoPE");
+    }
+  } else if (fam.default_head_dim > 0) {
+    c.head_dim = fam.default_head_dim;
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0) {
+      r.fail("num_attention_heads (", c.num_attention_heads, ") does not divide hidden_size (",
+             c.hidden_size, ")");
+    }
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+    if (c.head_dim % 2 != 0) {
+      r.fail("head_dim = hidden_size / num_attention_heads = ", c.head_dim,
+             " must be even for rotate-half RoPE");
+    }
   }
+
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     r.fail("num_key_value_heads (", c.num_key_value_heads,
            ") does not divide num_attention_heads (", c.num_attention_heads, ")");
-  }
-  c.head_dim = c.hidden_size / c.num_attention_heads;
-  if (c.head_dim % 2 != 0) {
-    r.fail("head_dim = hidden_size / num_attention_heads = ", c.head_dim,
-           " must be even for rotate-half RoPE");
-  }
-  // Qwen2 derives head_dim; a file that states a different one describes another architecture.
-  if (const json* v = r.optional("head_dim")) {
-    const std::int64_t stated = r.integer("head_dim", *v);
-    if (stated != c.head_dim) {
-      r.fail("key 'head_dim' = ", stated,
-             " differs from hidden_size / num_attention_heads = ", c.head_dim,
-             " (only Qwen2's derived head_dim is supported)");
-    }
   }
 
   // Refuse shapes whose weights alone would not fit any machine this runs on (2^40 elements,
   // 2 TB in bf16), before a loader or a synthetic writer sizes anything from them.
   const auto hidden = static_cast<double>(c.hidden_size);
+  const double q_dim = static_cast<double>(c.num_attention_heads) * static_cast<double>(c.head_dim);
+  const double kv_dim =
+      static_cast<double>(c.num_key_value_heads) * static_cast<double>(c.head_dim);
   const double per_layer =
-      4.0 * hidden * hidden + 3.0 * hidden * static_cast<double>(c.intermediate_size);
+      2.0 * hidden * (q_dim + kv_dim) + 3.0 * hidden * static_cast<double>(c.intermediate_size);
   const double parameters = per_layer * static_cast<double>(c.num_hidden_layers) +
                             2.0 * static_cast<double>(c.vocab_size) * hidden;
   if (parameters > 1099511627776.0) {
     r.fail("the model would have about ", parameters, " parameters, beyond the supported 2^40");
   }
+
+  // The family's features, with the keys config.json may set for them (family.hpp).
+  c.qk_norm = fam.qk_norm;
+  if (fam.attention_bias_key) {
+    c.qkv_bias = r.boolean("attention_bias", fam.default_attention_bias);
+    c.o_bias = c.qkv_bias;
+  } else {
+    // Qwen2's attention has q, k, v biases and none on o_proj whatever the config says;
+    // transformers ignores an "attention_bias" there. One that says false contradicts the
+    // weights Qwen2 must have: refuse it rather than guess which one is wrong.
+    c.qkv_bias = true;
+    c.o_bias = false;
+    if (!r.boolean("attention_bias", true)) {
+      r.fail("attention_bias = false contradicts ", fam.class_name,
+             ", whose q, k and v projections always have biases");
+    }
+  }
+  if (r.boolean("mlp_bias", false)) {
+    r.fail("mlp_bias = true is not supported (MLP projections without biases only)");
+  }
+  c.rope_scaling = rope_scaling(r);
 
   if (const json* v = r.optional("rope_theta")) {
     c.rope_theta = r.number("rope_theta", *v);
@@ -230,8 +362,16 @@ Config parse_config(std::string_view json_text, const std::string& source) {
     }
     c.rope_angles = v->get<std::string>() == "exact" ? RopeAngles::exact : RopeAngles::transformers;
   }
-  if (const json* v = r.optional("rope_scaling")) {
-    r.fail("rope_scaling ", brief(*v), " is not supported (plain RoPE only); expected null");
+  if (const json* v = r.optional("layer_types")) {
+    // Newer transformers list each layer's attention; only full attention is implemented.
+    if (!v->is_array()) r.fail("key 'layer_types' must be an array, got ", brief(*v));
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      const json& t = (*v)[i];
+      if (!t.is_string() || t.get<std::string>() != "full_attention") {
+        r.fail("layer_types[", i, "] = ", brief(t),
+               " is not supported (full attention only: \"full_attention\")");
+      }
+    }
   }
   return c;
 }

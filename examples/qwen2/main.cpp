@@ -1,5 +1,7 @@
-// amc-qwen2: greedy generation with the Qwen2 reference transformer, dense or block-sparse
-// decode attention through amc.
+// amc-qwen2: greedy generation with the reference transformer, dense or block-sparse decode
+// attention through amc, on a checkpoint of any supported family (Qwen2ForCausalLM,
+// Qwen3ForCausalLM, LlamaForCausalLM: config.json's "architectures" says which; the name stays
+// amc-qwen2, the family it was written for).
 //
 //   amc-qwen2 --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [-n 128]
 //             [--attention dense|sparse] [--block-size B --top-k K --sinks S --window W
@@ -289,10 +291,11 @@ int run_generate(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
     std::cout << text.flush() << '\n';
     std::fprintf(stderr,
                  "amc-qwen2: %zu tokens; prefill %lld tokens at %.1f tokens/s; decode %.2f "
-                 "tokens/s (%s attention; %s)\n",
+                 "tokens/s (%s attention; %s; %s)\n",
                  ids.size(), static_cast<long long>(result.prompt_tokens),
                  result.prefill_tokens_per_s(), result.decode_tokens_per_s(), a.attention.c_str(),
-                 describe_resolved(a, session).c_str());
+                 describe_resolved(a, session).c_str(),
+                 std::string(amc::qwen2::to_string(checkpoint.config().architecture)).c_str());
   }
   return 0;
 }
@@ -366,10 +369,12 @@ int run_demo(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
              bool demo_prompt) {
   const amc::qwen2::Config& c = checkpoint.config();
   std::printf(
-      "amc-qwen2 demo: %s (%lld layers, hidden %lld, %lld query heads sharing %lld KV heads)\n",
-      checkpoint.directory().string().c_str(), static_cast<long long>(c.num_hidden_layers),
-      static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_attention_heads),
-      static_cast<long long>(c.num_key_value_heads));
+      "amc-qwen2 demo: %s (%s, %lld layers, hidden %lld, %lld query heads sharing %lld KV "
+      "heads)\n",
+      checkpoint.directory().string().c_str(),
+      std::string(amc::qwen2::to_string(c.architecture)).c_str(),
+      static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+      static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads));
   if (const std::string note = provenance(checkpoint.directory()); !note.empty()) {
     std::printf("%s\n", note.c_str());
   }
@@ -493,8 +498,8 @@ int run(const Arguments& a) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "amc-qwen2: greedy generation with a Qwen2 checkpoint, dense or block-sparse decode "
-      "attention"};
+      "amc-qwen2: greedy generation with a Qwen2, Qwen3 or Llama checkpoint, dense or "
+      "block-sparse decode attention"};
   Arguments a;
   a.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   app.add_option("--model", a.model,

@@ -1,5 +1,6 @@
-// The Qwen2 forward pass: prefill (batched, Eigen GEMM, tiled causal attention) and decode
-// (matrix-vector products, attention through amc's decode operators per GQA group).
+// The forward pass of every family (family.hpp): prefill (batched, Eigen GEMM, tiled causal
+// attention) and decode (matrix-vector products, attention through amc's decode operators per
+// GQA group). Family differences arrive as Config flags and as empty or present weights.
 #include "model.hpp"
 
 #include <amc/amc.hpp>
@@ -9,9 +10,9 @@
 #include <limits>
 #include <thread>
 
+#include <amc/parallel.hpp>
 #include "linear.hpp"
 #include "prefill_attention.hpp"
-#include <amc/parallel.hpp>
 
 namespace amc::qwen2 {
 namespace {
@@ -46,6 +47,20 @@ void silu_mul(const float* g, const float* u, float* h, std::int64_t n, float* s
   for (std::int64_t i = 0; i < n; ++i) scratch[i] = -g[i];
   kernels::active().exp_sum(scratch, n, 0.0f);  // scratch := exp(-g)
   for (std::int64_t i = 0; i < n; ++i) h[i] = g[i] / (1.0f + scratch[i]) * u[i];
+}
+
+/// The bias vector of an optional feature, or nullptr when the checkpoint has none (an empty
+/// vector's data() need not be null).
+const float* optional_data(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+
+/// Qwen3's per-head RMSNorm of q and k, in place over `heads` consecutive heads of head_dim;
+/// nothing when `weight` is empty (the family has none).
+void norm_heads(float* x, std::int64_t heads, std::int64_t head_dim,
+                const std::vector<float>& weight, double eps) {
+  if (weight.empty()) return;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    rms_norm(x + h * head_dim, weight.data(), head_dim, eps, x + h * head_dim);
+  }
 }
 
 /// Rotate-half RoPE of one head in place: element i pairs with element i + half.
@@ -87,7 +102,7 @@ struct Session::Impl {
   // and scratch [tokens, width] row-major matrices of one chunk.
   struct LayerStacks {
     std::vector<const Matrix*> qkv, o, gate_up, down;
-    std::vector<float> qkv_bias;  // [q_dim + 2 kv_dim]
+    std::vector<float> qkv_bias;  // [q_dim + 2 kv_dim], or empty without q/k/v biases
   };
   std::vector<LayerStacks> stacks;
   std::int64_t qkv_dim;
@@ -99,7 +114,7 @@ struct Session::Impl {
         options(o),
         cache(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, cache_options(o)),
         pool(pool_threads(o.threads)),
-        rope(*o.rope_angles, cfg.rope_theta, cfg.head_dim) {
+        rope(*o.rope_angles, cfg.rope_theta, cfg.head_dim, cfg.rope_scaling) {
     hidden = cfg.hidden_size;
     heads = cfg.num_attention_heads;
     kv_heads = cfg.num_key_value_heads;
@@ -241,16 +256,18 @@ struct Session::Impl {
       const std::int64_t kv_tasks = ceil_div(kv_dim, kv_chunk);
       pool.parallel_for(q_tasks + 2 * kv_tasks, [&](std::int64_t i) {
         if (i < q_tasks) {
-          matvec(l.q, xn.data(), l.q_bias.data(), i * q_chunk, std::min(q_dim, (i + 1) * q_chunk),
-                 q.data());
+          matvec(l.q, xn.data(), optional_data(l.q_bias), i * q_chunk,
+                 std::min(q_dim, (i + 1) * q_chunk), q.data());
           return;
         }
         i -= q_tasks;
         const bool is_k = i < kv_tasks;
         if (!is_k) i -= kv_tasks;
-        matvec(is_k ? l.k : l.v, xn.data(), (is_k ? l.k_bias : l.v_bias).data(), i * kv_chunk,
+        matvec(is_k ? l.k : l.v, xn.data(), optional_data(is_k ? l.k_bias : l.v_bias), i * kv_chunk,
                std::min(kv_dim, (i + 1) * kv_chunk), (is_k ? k : v).data());
       });
+      norm_heads(q.data(), heads, head_dim, l.q_norm, cfg.rms_norm_eps);
+      norm_heads(k.data(), kv_heads, head_dim, l.k_norm, cfg.rms_norm_eps);
       for (std::int64_t hd = 0; hd < heads; ++hd)
         apply_rope(q.data() + hd * head_dim, half, cos.data(), sin.data());
       for (std::int64_t hd = 0; hd < kv_heads; ++hd)
@@ -260,7 +277,7 @@ struct Session::Impl {
         attend_decode<typename decltype(type)::type>(layer, position + 1);
       });
       for_rows(hidden, row_chunk(hidden), [&](std::int64_t b, std::int64_t e) {
-        matvec(l.o, attn.data(), nullptr, b, e, tmp.data());
+        matvec(l.o, attn.data(), optional_data(l.o_bias), b, e, tmp.data());
         for (std::int64_t r = b; r < e; ++r) x[r] += tmp[r];
       });
       rms_norm(x.data(), l.post_norm.data(), hidden, cfg.rms_norm_eps, xn.data());
@@ -412,13 +429,15 @@ struct Session::Impl {
       const LayerWeights& l = w.layers[static_cast<std::size_t>(layer)];
       const LayerStacks& st = stacks[static_cast<std::size_t>(layer)];
       norm_rows(n, l.input_norm.data());
-      product(st.qkv, 8, XN.data(), n, hidden, st.qkv_bias.data(), QKV.data(), qkv_dim,
+      product(st.qkv, 8, XN.data(), n, hidden, optional_data(st.qkv_bias), QKV.data(), qkv_dim,
               no_epilogue);
       for_rows(n, kTokenRows, [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t t = b; t < e; ++t) {
           const float* c = COS.data() + t * half;
           const float* s = SIN.data() + t * half;
           float* row = QKV.data() + t * qkv_dim;
+          norm_heads(row, heads, head_dim, l.q_norm, cfg.rms_norm_eps);
+          norm_heads(row + q_dim, kv_heads, head_dim, l.k_norm, cfg.rms_norm_eps);
           for (std::int64_t hd = 0; hd < heads + kv_heads; ++hd)
             apply_rope(row + hd * head_dim, half, c, s);
         }
@@ -427,7 +446,7 @@ struct Session::Impl {
       visit_storage<float, bf16>(cache.options().dtype, [&](auto type) {
         attend_prefill<typename decltype(type)::type>(layer, p0, n);
       });
-      product(st.o, 8, A.data(), n, q_dim, nullptr, T.data(), hidden, residual);
+      product(st.o, 8, A.data(), n, q_dim, optional_data(l.o_bias), T.data(), hidden, residual);
       norm_rows(n, l.post_norm.data());
       product(st.gate_up, 16, XN.data(), n, hidden, nullptr, GU.data(), 2 * inter, no_epilogue);
       for_rows(n, kTokenRows, [&](std::int64_t b, std::int64_t e) {

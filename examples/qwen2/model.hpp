@@ -1,9 +1,12 @@
-// The Qwen2 forward pass over a Checkpoint: batched dense prefill and single-token decode with
-// dense or block-sparse attention through amc.
+// The forward pass over a Checkpoint of any supported family (Qwen2, Qwen3, Llama: family.hpp):
+// batched dense prefill and single-token decode with dense or block-sparse attention through amc.
 //
-// Per layer (as in transformers' modeling_qwen2.py): x += o_proj(attention(rope(q), rope(k), v))
-// of rmsnorm(x); x += down(silu(gate(h)) * up(h)) of h = rmsnorm(x); then a final rmsnorm and
-// the (tied) unembedding. Everything is computed in f32; weights are read in their stored dtype.
+// Per layer (as in transformers' modeling_qwen2.py, modeling_qwen3.py, modeling_llama.py):
+// x += o_proj(attention(rope(qn(q)), rope(kn(k)), v)) of rmsnorm(x), where qn and kn are Qwen3's
+// per-head RMSNorms (identity for the other families) and q, k, v, o carry biases as the config
+// says; x += down(silu(gate(h)) * up(h)) of h = rmsnorm(x); then a final rmsnorm and the
+// unembedding (tied or lm_head). Everything is computed in f32; weights are read in their
+// stored dtype.
 #pragma once
 
 #include <amc/attention/decode.hpp>

@@ -22,6 +22,10 @@
 // error: at most 7e-5 rad below 2K positions, 6e-4 below 16K and 1.2e-3 below 32K (theta 1e4
 // or 1e6, head_dim 64). A model should run with the convention it was trained with; pretrained
 // Qwen2 models were trained with transformers' float32 angles.
+//
+// Llama 3 models rescale the inverse frequencies (config.json "rope_scaling" with rope_type
+// "llama3", RopeScaling below) before any angle is computed; each convention computes that
+// rescaling its own way too (transformers: float32 steps as torch takes them; exact: double).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +33,23 @@
 #include <vector>
 
 namespace amc::qwen2 {
+
+/// config.json's "rope_scaling": none (null, absent, or rope_type "default"), or Llama 3's
+/// frequency bands (rope_type "llama3"). With wavelen = 2 pi / inv_freq and
+/// L = original_max_position_embeddings: inv_freq is kept where wavelen < L / high_freq_factor,
+/// divided by factor where wavelen > L / low_freq_factor, and in between interpolated,
+/// (1 - s) inv_freq / factor + s inv_freq with s = (L / wavelen - low) / (high - low)
+/// (transformers' _compute_llama3_parameters).
+struct RopeScaling {
+  enum class Type : std::uint8_t { none, llama3 };
+  Type type = Type::none;
+  double factor = 1.0;                            ///< >= 1 (32 for Llama 3.2)
+  double low_freq_factor = 1.0;                   ///< > 0 (1)
+  double high_freq_factor = 1.0;                  ///< > low_freq_factor (4)
+  double original_max_position_embeddings = 0.0;  ///< > 0 (8192)
+
+  bool operator==(const RopeScaling&) const = default;
+};
 
 enum class RopeAngles : std::uint8_t {
   transformers,  ///< float32 inverse frequencies and angles, as transformers computes them
@@ -46,12 +67,14 @@ class RotaryTable {
  public:
   /// \param theta the base (config.json's rope_theta), > 1
   /// \param head_dim channels per head, even and positive
-  RotaryTable(RopeAngles angles, double theta, std::int64_t head_dim);
+  /// \param scaling Llama 3's rescaling of the inverse frequencies, or none
+  RotaryTable(RopeAngles angles, double theta, std::int64_t head_dim,
+              const RopeScaling& scaling = {});
 
   RopeAngles angles() const { return angles_; }
   std::int64_t half() const { return static_cast<std::int64_t>(inverse_frequency_.size()); }
-  /// inv_freq[i], i < head_dim / 2: float32 values for the transformers convention, double
-  /// values for exact.
+  /// inv_freq[i], i < head_dim / 2, after any scaling: float32 values for the transformers
+  /// convention, double values for exact.
   const std::vector<double>& inverse_frequency() const { return inverse_frequency_; }
   /// The rotation angle of pair i at `position` (a float32 value for transformers).
   double angle(std::int64_t position, std::int64_t i) const;

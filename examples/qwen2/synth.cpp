@@ -1,4 +1,4 @@
-// Synthetic checkpoint writer: seeded weights with Qwen2's names and shapes.
+// Synthetic checkpoint writer: seeded weights with each family's names and shapes.
 #include "synth.hpp"
 
 #include <amc/error.hpp>
@@ -64,30 +64,55 @@ struct Pending {
   std::vector<bf16> bf16_values;
 };
 
+/// config.json as Hugging Face writes it for the family (keys in alphabetical order, as
+/// transformers saves them; Qwen2's exactly as amc-synth always wrote them).
 nlohmann::ordered_json config_json(const Config& c, StorageType dtype) {
+  const Family& f = family(c.architecture);
+  const bool qwen = c.architecture != Architecture::llama;
   nlohmann::ordered_json j;
-  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["architectures"] = {std::string(f.class_name)};
+  if (f.attention_bias_key) j["attention_bias"] = c.qkv_bias;
   j["attention_dropout"] = 0.0;
   j["bos_token_id"] = c.bos_token_id;
   j["eos_token_id"] = c.eos_token_id;
+  if (c.head_dim > 0) j["head_dim"] = c.head_dim;
   j["hidden_act"] = "silu";
   j["hidden_size"] = c.hidden_size;
   j["initializer_range"] = 0.02;
   j["intermediate_size"] = c.intermediate_size;
   j["max_position_embeddings"] = c.max_position_embeddings;
-  j["max_window_layers"] = c.num_hidden_layers;
-  j["model_type"] = "qwen2";
+  if (qwen) j["max_window_layers"] = c.num_hidden_layers;
+  if (!qwen) j["mlp_bias"] = false;
+  j["model_type"] = std::string(f.model_type);
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_hidden_layers"] = c.num_hidden_layers;
   j["num_key_value_heads"] = c.num_key_value_heads;
+  if (!qwen) j["pretraining_tp"] = 1;
   j["rms_norm_eps"] = c.rms_norm_eps;
-  j["rope_scaling"] = nullptr;
+  if (c.rope_scaling.type == RopeScaling::Type::llama3) {
+    const RopeScaling& r = c.rope_scaling;
+    nlohmann::ordered_json scaling;
+    scaling["factor"] = r.factor;
+    scaling["high_freq_factor"] = r.high_freq_factor;
+    scaling["low_freq_factor"] = r.low_freq_factor;
+    // An integer in Llama 3's files (8192); written as one when it is one.
+    const double original = r.original_max_position_embeddings;
+    if (original == std::trunc(original) && std::abs(original) < 9.0e15) {
+      scaling["original_max_position_embeddings"] = static_cast<std::int64_t>(original);
+    } else {
+      scaling["original_max_position_embeddings"] = original;
+    }
+    scaling["rope_type"] = "llama3";
+    j["rope_scaling"] = scaling;
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
   j["rope_theta"] = c.rope_theta;
-  j["sliding_window"] = nullptr;
-  j["tie_word_embeddings"] = true;
+  if (qwen) j["sliding_window"] = nullptr;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = dtype == StorageType::bf16 ? "bfloat16" : "float32";
   j["use_cache"] = true;
-  j["use_sliding_window"] = false;
+  if (qwen) j["use_sliding_window"] = false;
   j["vocab_size"] = c.vocab_size;
   j["amc_synthetic"] = true;  // not a trained model: random weights written by amc-synth
   return j;
@@ -109,32 +134,80 @@ auto near_one(double std) {
 
 }  // namespace
 
-Config synth_shape(std::string_view name) {
+Config synth_shape(std::string_view name, std::optional<Architecture> family_override) {
+  constexpr const char* where = "amc::qwen2::synth_shape";
   Config c;
   c.rope_theta = 1000000.0;
   c.rms_norm_eps = 1e-6;
+  c.max_position_embeddings = 32768;
+  // head_dim 0: not written to config.json, so the family's default (hidden / heads here).
+  auto shape = [&c](std::int64_t hidden, std::int64_t intermediate, std::int64_t layers,
+                    std::int64_t heads, std::int64_t kv_heads, std::int64_t vocab) {
+    c.hidden_size = hidden;
+    c.intermediate_size = intermediate;
+    c.num_hidden_layers = layers;
+    c.num_attention_heads = heads;
+    c.num_key_value_heads = kv_heads;
+    c.vocab_size = vocab;
+  };
   if (name == "tiny") {
-    c.hidden_size = 64;
-    c.intermediate_size = 128;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.vocab_size = 320;
-    c.max_position_embeddings = 32768;
-  } else if (name == "qwen2-0.5b") {
-    c.hidden_size = 896;
-    c.intermediate_size = 4864;
-    c.num_hidden_layers = 24;
-    c.num_attention_heads = 14;
-    c.num_key_value_heads = 2;
-    c.vocab_size = 151936;
-    c.max_position_embeddings = 131072;
+    shape(64, 128, 2, 4, 2, 320);
+    c.architecture = family_override.value_or(Architecture::qwen2);
+    if (c.architecture == Architecture::qwen3) {
+      c.head_dim = 32;  // twice hidden / heads: q_proj [128, 64], o_proj [64, 128]
+    } else if (c.architecture == Architecture::llama) {
+      // Llama's distinguishing traits at test size: an untied unembedding, and llama3 RoPE
+      // scaling whose three bands all occur among theta 1e4's 8 frequencies of head_dim 16
+      // (wavelengths 6.3, 20 and 63 kept below 1024 / 8; 199 and 628 interpolated; 1987 and
+      // beyond divided by 8).
+      c.rope_theta = 10000.0;
+      c.tie_word_embeddings = false;
+      c.rope_scaling = {RopeScaling::Type::llama3, 8.0, 1.0, 8.0, 1024.0};
+    }
   } else {
-    detail::throw_error("amc::qwen2::synth_shape", "shape must be 'tiny' or 'qwen2-0.5b', got '",
-                        name, "'");
+    if (name == "qwen2-0.5b") {
+      c.architecture = Architecture::qwen2;
+      shape(896, 4864, 24, 14, 2, 151936);
+      c.max_position_embeddings = 131072;
+    } else if (name == "qwen3-0.6b") {
+      c.architecture = Architecture::qwen3;
+      shape(1024, 3072, 28, 16, 8, 151936);
+      c.head_dim = 128;
+      c.max_position_embeddings = 40960;
+    } else if (name == "smollm2-135m") {
+      c.architecture = Architecture::llama;
+      shape(576, 1536, 30, 9, 3, 49152);
+      c.head_dim = 64;
+      c.rope_theta = 100000.0;
+      c.rms_norm_eps = 1e-5;
+      c.max_position_embeddings = 8192;
+    } else if (name == "llama-3.2-1b") {
+      c.architecture = Architecture::llama;
+      shape(2048, 8192, 16, 32, 8, 128256);
+      c.head_dim = 64;
+      c.rope_theta = 500000.0;
+      c.rms_norm_eps = 1e-5;
+      c.max_position_embeddings = 131072;
+      c.rope_scaling = {RopeScaling::Type::llama3, 32.0, 1.0, 4.0, 8192.0};
+    } else {
+      detail::throw_error(where, "shape must be one of ", synth_shape_names(), ", got '", name,
+                          "'");
+    }
+    if (family_override && *family_override != c.architecture) {
+      detail::throw_error(where, "shape '", name, "' is a ", to_string(c.architecture),
+                          " shape; it cannot be written as ", to_string(*family_override));
+    }
   }
-  c.head_dim = c.hidden_size / c.num_attention_heads;
+  // The family's fixed features; q/k/v biases as its config.json default (Qwen2: always).
+  const Family& f = family(c.architecture);
+  c.qkv_bias = f.attention_bias_key ? f.default_attention_bias : true;
+  c.o_bias = f.attention_bias_key && c.qkv_bias;
+  c.qk_norm = f.qk_norm;
   return c;
+}
+
+std::string_view synth_shape_names() {
+  return "tiny, qwen2-0.5b, qwen3-0.6b, smollm2-135m, llama-3.2-1b";
 }
 
 void write_synthetic_checkpoint(const std::filesystem::path& dir, const SynthSpec& spec) {
@@ -181,7 +254,7 @@ void write_synthetic_checkpoint(const std::filesystem::path& dir, const SynthSpe
     // pattern): attention has peaks for block-sparse selection to find, unlike pure noise.
     const std::size_t q_index = tensors.size();
     add(p + "self_attn.q_proj.weight", {q_rows, hidden}, gaussian(1.4 * in_std));
-    add(p + "self_attn.q_proj.bias", {q_rows}, gaussian(0.1));
+    if (c.qkv_bias) add(p + "self_attn.q_proj.bias", {q_rows}, gaussian(0.1));
     add(p + "self_attn.k_proj.weight", {kv_rows, hidden},
         [q_index, &tensors, kv_rows, hidden, head_dim, group, in_std](std::vector<float>& out,
                                                                       NormalSource& normal) {
@@ -203,11 +276,18 @@ void write_synthetic_checkpoint(const std::filesystem::path& dir, const SynthSpe
             }
           }
         });
-    add(p + "self_attn.k_proj.bias", {kv_rows}, gaussian(0.1));
+    if (c.qkv_bias) add(p + "self_attn.k_proj.bias", {kv_rows}, gaussian(0.1));
     add(p + "self_attn.v_proj.weight", {kv_rows, hidden}, gaussian(in_std));
-    add(p + "self_attn.v_proj.bias", {kv_rows}, gaussian(0.1));
+    if (c.qkv_bias) add(p + "self_attn.v_proj.bias", {kv_rows}, gaussian(0.1));
+    if (c.qk_norm) {
+      // Spread wider than the other norms' so that tests can tell a per-channel weight applied
+      // before RoPE from one applied after it (or not at all).
+      add(p + "self_attn.q_norm.weight", {head_dim}, near_one(0.25));
+      add(p + "self_attn.k_norm.weight", {head_dim}, near_one(0.25));
+    }
     add(p + "self_attn.o_proj.weight", {hidden, q_rows},
         gaussian(0.5 / std::sqrt(static_cast<double>(q_rows))));
+    if (c.o_bias) add(p + "self_attn.o_proj.bias", {hidden}, gaussian(0.1));
     add(p + "post_attention_layernorm.weight", {hidden}, near_one(0.05));
     add(p + "mlp.gate_proj.weight", {inter, hidden}, gaussian(in_std));
     add(p + "mlp.up_proj.weight", {inter, hidden}, gaussian(in_std));
@@ -215,6 +295,14 @@ void write_synthetic_checkpoint(const std::filesystem::path& dir, const SynthSpe
         gaussian(0.5 / std::sqrt(static_cast<double>(inter))));
   }
   add("model.norm.weight", {hidden}, near_one(0.05));
+  if (!c.tie_word_embeddings) {
+    // An unembedding of its own, zero beyond the tokenizer's tokens as the embedding is.
+    add("lm_head.weight", {c.vocab_size, hidden},
+        [=](std::vector<float>& out, NormalSource& normal) {
+          gaussian(2.5 * in_std)(out, normal);
+          std::fill(out.begin() + tokenizer_vocab * hidden, out.end(), 0.0f);
+        });
+  }
 
   // Generate in two waves (everything but the key projections, then those, which read the
   // query projections), in parallel over tensors; each tensor has its own seed. A bf16 tensor

@@ -8,7 +8,9 @@ summary), --logits-out's F32 [steps, vocab] tensor agreeing with the reported lo
 the demo, dense and sparse agreeing when the support covers the whole context, threads not
 changing the output, --kv-dtype and --rope-angles (auto resolving to the weights' dtype and to
 config.json's amc_rope_angles), and every kind of bad input giving exit status 2, one line on
-stderr.
+stderr. The other families: amc-synth --family qwen3 and --family llama (and --head-dim,
+--untied) write checkpoints of that family that amc-qwen2 runs, dense and sparse alike, naming
+the family; unknown architectures and unsupported rope_scaling are refused.
 
 usage: test_amc_qwen2.py PATH/TO/amc-synth PATH/TO/amc-qwen2
 """
@@ -173,6 +175,78 @@ def kv_dtype_and_rope_angles(qwen2, bf16_model, f32_model, tmp):
     check("KV cache f32, RoPE angles exact (auto)" in demo, f"--demo does not name the settings: {demo}")
 
 
+def families(synth, qwen2, tmp):
+    """amc-synth --family qwen3 / llama, and amc-qwen2 on what it writes."""
+    for family, architecture in (("qwen3", "Qwen3ForCausalLM"), ("llama", "LlamaForCausalLM")):
+        model = os.path.join(tmp, "family_" + family)
+        again = os.path.join(tmp, "family_again_" + family)
+        run([synth, "--out", model, "--family", family, "--seed", "4"])
+        run([synth, "--out", again, "--family", family, "--seed", "4"])
+        check(read_file(os.path.join(model, "model.safetensors"))
+              == read_file(os.path.join(again, "model.safetensors")),
+              f"amc-synth --family {family}: two runs with seed 4 differ")
+        config = json.loads(read_file(os.path.join(model, "config.json")))
+        check(config["architectures"] == [architecture] and config["model_type"] == family
+              and config["attention_bias"] is False, f"--family {family}: config.json {config}")
+        header = read_file(os.path.join(model, "model.safetensors"))
+        names = json.loads(header[8:8 + struct.unpack("<Q", header[:8])[0]])
+        check(("model.layers.0.self_attn.q_norm.weight" in names) == (family == "qwen3")
+              and "model.layers.0.self_attn.q_proj.bias" not in names
+              and ("lm_head.weight" in names) == (family == "llama"),
+              f"--family {family}: tensors {sorted(names)}")
+
+        def tokens(*extra):
+            out = run([qwen2, "--model", model, "--prompt", "The lighthouse keeper kept a logbook.",
+                       "-n", "8", "--json", "--ignore-eos", *extra]).stdout.splitlines()
+            return json.loads(out[-1])["tokens"] if out else None
+
+        dense = tokens()
+        check(dense is not None and len(dense) == 8, f"{family}: dense tokens {dense}")
+        check(tokens("--attention", "sparse", "--top-k", "100", "--scope", "group", "--threads", "2")
+              == dense, f"{family}: sparse with a covering support differs from dense")
+        text = run([qwen2, "--model", model, "--prompt-ids", "5,6,7", "-n", "3", "--ignore-eos"])
+        check(architecture in text.stderr, f"{family}: text mode does not name {architecture}: "
+              f"{text.stderr!r}")
+        demo = run([qwen2, "--model", model, "--demo", "-n", "4"]).stdout
+        check(f"({architecture}, 2 layers" in demo, f"{family}: --demo header: {demo[:200]!r}")
+
+    # Overrides: a Qwen3 head_dim of 48 (not 64 / 4), an untied Qwen2.
+    qwen3 = os.path.join(tmp, "family_qwen3_48")
+    run([synth, "--out", qwen3, "--family", "qwen3", "--head-dim", "48"])
+    check(json.loads(read_file(os.path.join(qwen3, "config.json")))["head_dim"] == 48, "--head-dim 48")
+    run([qwen2, "--model", qwen3, "--prompt-ids", "5,6", "-n", "2", "--json"])
+    untied = os.path.join(tmp, "family_untied")
+    run([synth, "--out", untied, "--untied"])
+    check(json.loads(read_file(os.path.join(untied, "config.json")))["tie_word_embeddings"] is False,
+          "--untied: tie_word_embeddings")
+    run([qwen2, "--model", untied, "--prompt-ids", "5,6", "-n", "2", "--json"])
+
+    check_refusal([synth, "--out", os.path.join(tmp, "x"), "--family", "mistral"], ["--family"])
+    check_refusal([synth, "--out", os.path.join(tmp, "x"), "--shape", "qwen3-0.6b", "--family", "llama"],
+                  ["shape 'qwen3-0.6b' is a Qwen3ForCausalLM shape; it cannot be written as LlamaForCausalLM"])
+    check_refusal([synth, "--out", os.path.join(tmp, "x"), "--family", "qwen3", "--head-dim", "0"],
+                  ["--head-dim"])
+    check_refusal([synth, "--out", os.path.join(tmp, "x"), "--family", "qwen3", "--head-dim", "15"],
+                  ["key 'head_dim' = 15 must be even"])
+
+    # What amc-qwen2 refuses in a config.json: another architecture, another rope_scaling type.
+    llama = os.path.join(tmp, "family_llama")
+    config = read_file(os.path.join(llama, "config.json")).decode()
+    for label, text, words in (
+            ("mistral", config.replace('"LlamaForCausalLM"', '"MistralForCausalLM"'),
+             ["config.json", 'architecture "MistralForCausalLM"', "is not supported"]),
+            ("yarn", config.replace('"rope_type": "llama3"', '"rope_type": "yarn"'),
+             ["config.json", 'rope_scaling type "yarn" is not supported'])):
+        model = os.path.join(tmp, "family_refused_" + label)
+        os.makedirs(model)
+        for name in ("model.safetensors", "tokenizer.json"):
+            with open(os.path.join(model, name), "wb") as f:
+                f.write(read_file(os.path.join(llama, name)))
+        with open(os.path.join(model, "config.json"), "w") as f:
+            f.write(text)
+        check_refusal([qwen2, "--model", model, "--prompt-ids", "5", "-n", "2"], words)
+
+
 def main():
     synth, qwen2 = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
@@ -298,6 +372,7 @@ def main():
         check(out.startswith("<|id:"), f"no tokenizer: {out!r}")
 
         hostile_files(qwen2, a, tmp)
+        families(synth, qwen2, tmp)
 
     sys.exit(report("amc-synth and amc-qwen2 end-to-end"))
 
