@@ -565,6 +565,39 @@ TEST_CASE("tokenizer: added tokens match longest first, special or not", "[token
              AMC_CONTAINS("id 303 is not in the vocabulary"));
 }
 
+TEST_CASE("tokenizer: normalized added tokens match in the normalised text", "[tokenizer]") {
+  // The Rust AddedVocabulary cuts "normalized": false tokens out of the raw text, then
+  // normalises each remaining stretch and cuts the "normalized": true ones (their content
+  // normalised too) out of it. The synthetic tokenizer's normalizer is NFC.
+  const std::string composed = "caf\xC3\xA9", decomposed = "cafe\xCC\x81";
+  const auto with_token = [&](std::optional<bool> normalized) {
+    json doc = json::parse(synthetic_json(300));
+    json token = {{"id", 300}, {"content", decomposed}, {"special", false}};
+    if (normalized) token["normalized"] = *normalized;
+    doc["added_tokens"].push_back(token);
+    return Tokenizer::from_json(doc.dump(), "normalized.json");
+  };
+  const Tokenizer normalized = with_token(true);
+  CHECK(normalized.encode(composed + "!").front() == 300);
+  CHECK(normalized.encode(decomposed + "!").front() == 300);
+  CHECK(normalized.decode(Ids{300}) == decomposed);  // an added token decodes to its content
+  // Not special and no "normalized" field: normalized, as tokenizers.js defaults it (!special).
+  CHECK(with_token(std::nullopt).encode(composed).front() == 300);
+  // "normalized": false: only the raw spelling matches.
+  const Tokenizer raw = with_token(false);
+  CHECK(raw.encode(decomposed).front() == 300);
+  CHECK(raw.encode(composed).front() != 300);
+  // The raw pass comes first: a raw token inside a normalized one wins (tokenizers.js, which
+  // matches both in one pass when there is no normalizer, differs here; Rust is followed).
+  json doc = json::parse(synthetic_json(300));
+  doc["added_tokens"].push_back({{"id", 300}, {"content", "ab"}, {"normalized", false}});
+  doc["added_tokens"].push_back({{"id", 301}, {"content", "xabc"}, {"normalized", true}});
+  const Tokenizer both = Tokenizer::from_json(doc.dump(), "both.json");
+  const Ids ids = both.encode("xabc");
+  CHECK(std::find(ids.begin(), ids.end(), 300) != ids.end());
+  CHECK(std::find(ids.begin(), ids.end(), 301) == ids.end());
+}
+
 TEST_CASE("tokenizer: ignore_merges takes whole words from the vocabulary", "[tokenizer]") {
   json doc = json::parse(synthetic_json(300));
   doc["model"]["vocab"]["qqqqzz"] = 297;  // reachable by no merge
@@ -720,6 +753,20 @@ TEST_CASE("tokenizer: every loading error names the file and the problem", "[tok
          d["truncation"] = {{"max_length", 8}};
        },
        "truncation is set"},
+      // Rust pads single encodings too: to a Fixed length or to a multiple.
+      {"padding fixed",
+       [](json& d) {
+         d["padding"] = {{"strategy", {{"Fixed", 8}}}};
+       },
+       "padding.strategy {\"Fixed\": 8} is not supported"},
+      {"padding multiple",
+       [](json& d) {
+         d["padding"] = {{"strategy", "BatchLongest"}, {"pad_to_multiple_of", 8}};
+       },
+       "padding.pad_to_multiple_of = 8 is not supported"},
+      {"padding not an object", [](json& d) { d["padding"] = "yes"; }, "padding is not an object"},
+      {"added normalized not a boolean", [](json& d) { d["added_tokens"][0]["normalized"] = "no"; },
+       "added_tokens[0].normalized is not a boolean"},
       {"top level", [](json& d) { d = json::array(); }, "the top level is not a JSON object"},
   };
   for (const auto& [name, edit, expected] : cases_) {
@@ -749,6 +796,9 @@ TEST_CASE("tokenizer: every loading error names the file and the problem", "[tok
              AMC_CONTAINS("deep_pre.json: pre_tokenizer"));
   // The untouched base loads, also with merges as pairs and a GPT-2 style ByteLevel pre-tokenizer.
   CHECK_NOTHROW(Tokenizer::from_json(base.dump(), "base.json"));
+  json batch_longest = base;  // pads a single text to its own length: nothing
+  batch_longest["padding"] = {{"strategy", "BatchLongest"}, {"pad_to_multiple_of", nullptr}};
+  CHECK_NOTHROW(Tokenizer::from_json(batch_longest.dump(), "batch_longest.json"));
   json gpt2 = base;
   gpt2["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
   const Tokenizer gpt2_tokenizer = Tokenizer::from_json(gpt2.dump(), "gpt2.json");

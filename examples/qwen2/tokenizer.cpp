@@ -1,4 +1,4 @@
-// Byte-level BPE tokenizer read from a Hugging Face tokenizer.json (Qwen2's format).
+// Byte-level BPE tokenizer read from a Hugging Face tokenizer.json (Qwen2, Qwen3, Llama 3).
 //
 // Encoding follows the Hugging Face `tokenizers` pipeline for the structures Qwen2, Qwen2.5,
 // Qwen3 and Llama 3 use, step by step (as the Rust implementation's AddedVocabulary and BPE do):
