@@ -55,6 +55,10 @@ constexpr Family kQwen2{"qwen2", "Qwen2", "tokenizer-qwen1_5", true};
 constexpr Family kQwen3{"qwen3", "Qwen3", "tokenizer-qwen3", true};
 constexpr Family kLlama3{"llama3", "Llama 3", "tokenizer-llama3", false};
 constexpr std::array<Family, 3> kFamilies{kQwen2, kQwen3, kLlama3};
+/// Llama 3's file with Llama 3.2's post-processor (tests/qwen2/llama3_2_post_processor.json):
+/// only its golden ids are its own (they include <|begin_of_text|>).
+constexpr Family kLlama3Template{"llama3_template", "Llama 3 with Llama 3.2's template",
+                                 "tokenizer-llama3", false};
 
 /// The special tokens of the synthetic tokenizer (Qwen2's).
 const std::vector<std::string> kQwenSpecials{"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
@@ -459,6 +463,45 @@ TEST_CASE("real Llama 3 tokenizer: ignore_merges emits a pre-token in the vocabu
   CHECK(count_golden_mismatches(merging, kLlama3, true) >= 15);
 }
 
+TEST_CASE("real Llama 3 tokenizer with Llama 3.2's TemplateProcessing post-processor",
+          "[tokenizer][npm]") {
+  // Llama 3.1 and 3.2 files end with a TemplateProcessing that puts <|begin_of_text|> first when
+  // Hugging Face encodes with add_special_tokens (its default). The npm Llama 3 file predates it;
+  // its flat ByteLevel post-processor is swapped for Llama 3.2's.
+  std::string text = real_json(kLlama3);
+  const std::string key = "\"post_processor\": {";
+  const std::size_t begin = text.find(key);
+  REQUIRE(begin != std::string::npos);
+  const std::size_t end = text.find('}', begin);
+  REQUIRE(text.find('{', begin + key.size()) > end);  // flat: the first } closes it
+  const json post = json::parse(read_text(fs::path(AMC_TEST_SOURCE_DIR) / "qwen2" /
+                                          "llama3_2_post_processor.json"))
+                        .at("post_processor");
+  text.replace(begin, end + 1 - begin, "\"post_processor\": " + post.dump());
+  const Tokenizer tokenizer = Tokenizer::from_json(text, "llama3-template.json");
+  // encode_with_special_tokens against the reference's encode (add_special_tokens true).
+  int mismatches = 0;
+  for (const GoldenCase& c : golden(kLlama3Template)) {
+    const Ids ids = tokenizer.encode_with_special_tokens(c.text);
+    if (ids != c.ids) {
+      ++mismatches;
+      UNSCOPED_INFO("text " << show(c.text) << ": encode_with_special_tokens " << show(ids)
+                            << ", golden " << show(c.ids));
+    }
+  }
+  CHECK(golden(kLlama3Template).size() >= 200);
+  CHECK(mismatches == 0);
+  CHECK(tokenizer.encode_with_special_tokens("Hello world") == Ids{128000, 9906, 1917});
+  // encode itself adds nothing, template or not (a chat template spells the BOS out itself).
+  CHECK(count_golden_mismatches(tokenizer, kLlama3) == 0);
+  // Files without a template add nothing either way.
+  for (const Family& family : kFamilies) {
+    INFO(family.title);
+    const Tokenizer& plain = real_tokenizer(family);
+    CHECK(plain.encode_with_special_tokens("Hello world") == plain.encode("Hello world"));
+  }
+}
+
 TEST_CASE("real Llama 3 tokenizer: added tokens and accessors", "[tokenizer][npm]") {
   const Tokenizer& tokenizer = real_tokenizer(kLlama3);
   CHECK(tokenizer.vocab_size() == 128256);
@@ -745,9 +788,51 @@ TEST_CASE("tokenizer: every loading error names the file and the problem", "[tok
       {"decoder missing", [](json& d) { d.erase("decoder"); }, "decoder is missing"},
       {"post processor",
        [](json& d) {
+         d["post_processor"] = {{"type", "RobertaProcessing"}};
+       },
+       "post_processor.type \"RobertaProcessing\" is not supported"},
+      {"post processor in a sequence",
+       [](json& d) {
+         d["post_processor"] = {
+             {"type", "Sequence"},
+             {"processors", json::array({{{"type", "ByteLevel"}}, {{"type", "BertProcessing"}}})}};
+       },
+       "post_processor.processors[1].type \"BertProcessing\" is not supported"},
+      {"template without single",
+       [](json& d) {
          d["post_processor"] = {{"type", "TemplateProcessing"}};
        },
-       "post_processor.type \"TemplateProcessing\" is not supported"},
+       "post_processor.single is missing or not an array"},
+      {"template with sequence B",
+       [](json& d) {
+         d["post_processor"] = {
+             {"type", "TemplateProcessing"},
+             {"single", json::array({{{"Sequence", {{"id", "B"}, {"type_id", 0}}}}})}};
+       },
+       "post_processor.single[0].Sequence.id \"B\" is not supported"},
+      {"template without sequence",
+       [](json& d) {
+         d["post_processor"] = {{"type", "TemplateProcessing"}, {"single", json::array()}};
+       },
+       "post_processor.single has no {\"Sequence\": {\"id\": \"A\"}}"},
+      {"template special unknown",
+       [](json& d) {
+         d["post_processor"] = {
+             {"type", "TemplateProcessing"},
+             {"single", json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                                     {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+             {"special_tokens", json::object()}};
+       },
+       "post_processor.single[0].SpecialToken.id \"<s>\" is not in post_processor.special_tokens"},
+      {"template id outside the vocabulary",
+       [](json& d) {
+         d["post_processor"] = {
+             {"type", "TemplateProcessing"},
+             {"single", json::array({{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                     {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}})},
+             {"special_tokens", {{"</s>", {{"id", "</s>"}, {"ids", {400}}}}}}};
+       },
+       "the post_processor template adds id 400, which is not in the vocabulary"},
       {"truncation",
        [](json& d) {
          d["truncation"] = {{"max_length", 8}};
@@ -796,6 +881,21 @@ TEST_CASE("tokenizer: every loading error names the file and the problem", "[tok
              AMC_CONTAINS("deep_pre.json: pre_tokenizer"));
   // The untouched base loads, also with merges as pairs and a GPT-2 style ByteLevel pre-tokenizer.
   CHECK_NOTHROW(Tokenizer::from_json(base.dump(), "base.json"));
+  json templated = base;  // a suffix too: ids after the text's
+  templated["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", json::array({{{"SpecialToken", {{"id", "<|im_start|>"}, {"type_id", 0}}}},
+                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                              {{"SpecialToken", {{"id", "<|im_end|>"}, {"type_id", 0}}}}})},
+      {"special_tokens",
+       {{"<|im_start|>", {{"id", "<|im_start|>"}, {"ids", {298}}}},
+        {"<|im_end|>", {{"id", "<|im_end|>"}, {"ids", {299}}}}}}};
+  const Tokenizer templated_tokenizer = Tokenizer::from_json(templated.dump(), "templated.json");
+  Ids wrapped{298};
+  for (const std::int32_t id : templated_tokenizer.encode("hi")) wrapped.push_back(id);
+  wrapped.push_back(299);
+  CHECK(templated_tokenizer.encode_with_special_tokens("hi") == wrapped);
+  CHECK(templated_tokenizer.encode_with_special_tokens("") == Ids{298, 299});
   json batch_longest = base;  // pads a single text to its own length: nothing
   batch_longest["padding"] = {{"strategy", "BatchLongest"}, {"pad_to_multiple_of", nullptr}};
   CHECK_NOTHROW(Tokenizer::from_json(batch_longest.dump(), "batch_longest.json"));

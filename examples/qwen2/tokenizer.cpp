@@ -379,9 +379,14 @@ std::string brief(const json& value) {
   if (value.is_string()) return quote(value.get_ref<const std::string&>());
   if (value.is_primitive()) return value.dump();
   if (value.is_object() && !value.empty()) {
+    // Appended piece by piece: GCC 12 warns (-Wrestrict, falsely) on "{" + std::string.
     const auto first = value.begin();
-    return "{" + quote(first.key()) + ": " +
-           (first->is_primitive() ? brief(*first) : std::string("...")) + "}";
+    std::string out = "{";
+    out += quote(first.key());
+    out += ": ";
+    out += first->is_primitive() ? brief(*first) : std::string("...");
+    out += "}";
+    return out;
   }
   return value.type_name();
 }
@@ -463,6 +468,9 @@ struct Model {
   std::vector<Regex> splits;
   bool nfc = false;
   bool ignore_merges = false;
+  /// The post-processor's single-sequence template (TemplateProcessing, as Llama 3.1 and 3.2
+  /// files have): ids before and after the text's. Only encode_with_special_tokens uses them.
+  std::vector<std::int32_t> template_prefix, template_suffix;
 
   // Words already encoded. Guarded by the mutex so that a shared tokenizer stays thread-safe.
   static constexpr std::size_t kCacheEntries = 1 << 15;
@@ -666,7 +674,58 @@ void read_pre_tokenizer(const Reader& reader, const json& root, Model& impl) {
   if (!byte_level_seen) reader.fail("pre_tokenizer has no ByteLevel step (byte-level BPE only)");
 }
 
-void read_decoder_and_post(const Reader& reader, const json& root) {
+/// A TemplateProcessing post-processor: its "single" template (encode has no pair, so "pair" is
+/// not read) as the ids before and after the text, each special token's ids taken from
+/// "special_tokens" as the Rust implementation does. type_id is not read: encode returns no
+/// token type ids.
+void read_template(const Reader& reader, const json& node, const std::string& where, Model& impl) {
+  const auto single = node.find("single");
+  if (single == node.end() || !single->is_array()) {
+    reader.fail(where, ".single is missing or not an array");
+  }
+  const auto specials = node.find("special_tokens");
+  bool sequence_seen = false;
+  for (std::size_t i = 0; i < single->size(); ++i) {
+    const json& item = (*single)[i];
+    const std::string item_where = where + ".single[" + std::to_string(i) + "]";
+    if (!item.is_object() || item.size() != 1) {
+      reader.fail(item_where, " is not {\"SpecialToken\": ...} or {\"Sequence\": ...}");
+    }
+    if (const auto sequence = item.find("Sequence"); sequence != item.end()) {
+      if (!sequence->is_object()) reader.fail(item_where, ".Sequence is not an object");
+      const std::string id = reader.string_field(*sequence, "id", item_where + ".Sequence");
+      if (id != "A") {
+        reader.fail(item_where, ".Sequence.id ", quote(id),
+                    " is not supported (a single template holds sequence \"A\" only)");
+      }
+      if (sequence_seen) reader.fail(item_where, " repeats sequence \"A\"");
+      sequence_seen = true;
+      continue;
+    }
+    const auto special = item.find("SpecialToken");
+    if (special == item.end() || !special->is_object()) {
+      reader.fail(item_where, " is not {\"SpecialToken\": ...} or {\"Sequence\": ...}");
+    }
+    const std::string name = reader.string_field(*special, "id", item_where + ".SpecialToken");
+    if (specials == node.end() || !specials->is_object() || !specials->contains(name)) {
+      reader.fail(item_where, ".SpecialToken.id ", quote(name), " is not in ", where,
+                  ".special_tokens");
+    }
+    const json& entry = (*specials)[name];
+    const std::string entry_where = where + ".special_tokens[" + quote(name) + "]";
+    if (!entry.is_object() || !entry.contains("ids") || !entry["ids"].is_array() ||
+        entry["ids"].empty()) {
+      reader.fail(entry_where, ".ids is missing, empty or not an array");
+    }
+    std::vector<std::int32_t>& out = sequence_seen ? impl.template_suffix : impl.template_prefix;
+    for (std::size_t k = 0; k < entry["ids"].size(); ++k) {
+      out.push_back(reader.id(entry["ids"][k], entry_where + ".ids[" + std::to_string(k) + "]"));
+    }
+  }
+  if (!sequence_seen) reader.fail(where, ".single has no {\"Sequence\": {\"id\": \"A\"}}");
+}
+
+void read_decoder_and_post(const Reader& reader, const json& root, Model& impl) {
   const auto decoder = root.find("decoder");
   if (decoder == root.end() || decoder->is_null()) {
     reader.fail("decoder is missing (a ByteLevel decoder is required)");
@@ -681,10 +740,32 @@ void read_decoder_and_post(const Reader& reader, const json& root) {
   }
   const auto post = root.find("post_processor");
   if (post != root.end() && !post->is_null()) {
-    const std::string post_type = reader.type_of(*post, "post_processor");
-    if (post_type != "ByteLevel") {
-      reader.fail("post_processor.type ", quote(post_type),
-                  " is not supported (only ByteLevel or null: no tokens are added)");
+    // ByteLevel and TemplateProcessing, alone or in one Sequence (Llama 3.1 and 3.2:
+    // [ByteLevel, TemplateProcessing]); at most one template.
+    std::vector<std::pair<const json*, std::string>> steps;
+    if (reader.type_of(*post, "post_processor") == "Sequence") {
+      const auto list = post->find("processors");
+      if (list == post->end() || !list->is_array()) {
+        reader.fail("post_processor.processors is missing or not an array");
+      }
+      for (std::size_t i = 0; i < list->size(); ++i) {
+        steps.emplace_back(&(*list)[i], "post_processor.processors[" + std::to_string(i) + "]");
+      }
+    } else {
+      steps.emplace_back(&*post, "post_processor");
+    }
+    bool template_seen = false;
+    for (const auto& [node, where] : steps) {
+      const std::string post_type = reader.type_of(*node, where);
+      if (post_type == "TemplateProcessing") {
+        if (template_seen) reader.fail(where, " is a second TemplateProcessing");
+        read_template(reader, *node, where, impl);
+        template_seen = true;
+      } else if (post_type != "ByteLevel") {
+        reader.fail(where, ".type ", quote(post_type),
+                    " is not supported (only ByteLevel and TemplateProcessing, alone or in a "
+                    "Sequence)");
+      }
     }
   }
   const auto truncation = root.find("truncation");
@@ -957,10 +1038,19 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& so
     read_normalizer(reader, root, model);  // before the added tokens: normalized ones need it
     read_added_tokens(reader, root, model, max_id, id_limit);
     read_pre_tokenizer(reader, root, model);
-    read_decoder_and_post(reader, root);
+    read_decoder_and_post(reader, root, model);
     model.kind.resize(static_cast<std::size_t>(max_id) + 1);
     model.spelling.resize(model.kind.size());
     model.bytes.resize(model.kind.size());
+    for (const auto* ids : {&model.template_prefix, &model.template_suffix}) {
+      for (const std::int32_t id : *ids) {
+        if (static_cast<std::size_t>(id) >= model.kind.size() ||
+            model.kind[static_cast<std::size_t>(id)] == Model::Kind::kNone) {
+          reader.fail("the post_processor template adds id ", id,
+                      ", which is not in the vocabulary or added tokens");
+        }
+      }
+    }
   } catch (const json::exception& e) {  // a field of an unexpected type deep inside
     reader.fail("unexpected JSON content: ", e.what());
   }
@@ -992,6 +1082,15 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text) const {
   impl.added_raw.split(
       text, [&](std::string_view segment) { impl.encode_segment(segment, ids); },
       [&](std::int32_t id) { ids.push_back(id); });
+  return ids;
+}
+
+std::vector<std::int32_t> Tokenizer::encode_with_special_tokens(std::string_view text) const {
+  const Model& impl = impl_->model;
+  std::vector<std::int32_t> ids = impl.template_prefix;
+  const std::vector<std::int32_t> body = encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  ids.insert(ids.end(), impl.template_suffix.begin(), impl.template_suffix.end());
   return ids;
 }
 

