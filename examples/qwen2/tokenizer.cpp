@@ -1,13 +1,16 @@
-// Byte-level BPE tokenizer read from a Hugging Face tokenizer.json (Qwen2's format).
+// Byte-level BPE tokenizer read from a Hugging Face tokenizer.json (Qwen2, Qwen3, Llama 3).
 //
-// Encoding follows the Hugging Face `tokenizers` pipeline for the structures Qwen2, Qwen2.5 and
-// Qwen3 use, step by step:
-//   1. added tokens (special or not) are cut out of the raw text first, leftmost-longest;
-//   2. each remaining segment is normalised (NFC, utf8proc);
-//   3. the Split pre-tokenizers cut it into pieces (PCRE2, UTF + Unicode properties; behaviour
-//      Isolated: matches and the gaps between them are pieces);
+// Encoding follows the Hugging Face `tokenizers` pipeline for the structures Qwen2, Qwen2.5,
+// Qwen3 and Llama 3 use, step by step (as the Rust implementation's AddedVocabulary and BPE do):
+//   1. added tokens (special or not) with "normalized": false are cut out of the raw text first,
+//      leftmost-longest;
+//   2. each remaining segment is normalised (NFC, utf8proc; Llama 3 has no normalizer), and added
+//      tokens with "normalized": true are cut out of the normalised text, leftmost-longest;
+//   3. the Split pre-tokenizers cut what remains into pieces (PCRE2, UTF + Unicode properties;
+//      behaviour Isolated: matches and the gaps between them are pieces);
 //   4. ByteLevel: each piece's bytes become the GPT-2 byte-to-unicode characters, whose vocabulary
-//      ids are the initial BPE symbols;
+//      ids are the initial BPE symbols; with ignore_merges (Llama 3) a piece that is itself in the
+//      vocabulary is one token and BPE is skipped;
 //   5. BPE: repeatedly merge the adjacent pair of lowest merge rank (leftmost first), as the Rust
 //      implementation does with its priority queue.
 // Decoding maps each token's characters back to bytes (ByteLevel decoder); added tokens decode
@@ -369,17 +372,87 @@ std::string quote(std::string_view text) {
   return json(std::string(text)).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+/// A short description of a JSON value for messages: scalars as written, an object by its first
+/// key (with its value when scalar), anything else by its type. Never dumps a container, whose
+/// dump() recurses once per level of nesting.
+std::string brief(const json& value) {
+  if (value.is_string()) return quote(value.get_ref<const std::string&>());
+  if (value.is_primitive()) return value.dump();
+  if (value.is_object() && !value.empty()) {
+    // Appended piece by piece: GCC 12 warns (-Wrestrict, falsely) on "{" + std::string.
+    const auto first = value.begin();
+    std::string out = "{";
+    out += quote(first.key());
+    out += ": ";
+    out += first->is_primitive() ? brief(*first) : std::string("...");
+    out += "}";
+    return out;
+  }
+  return value.type_name();
+}
+
 // --- the loaded tokenizer ------------------------------------------------------------------------
+
+/// Added tokens to cut out of text, leftmost-longest (as the Rust implementation's
+/// Aho-Corasick automaton with MatchKind::LeftmostLongest).
+class AddedMatcher {
+ public:
+  struct Added {
+    std::string content;  ///< what is matched (NFC'd for normalized tokens under NFC)
+    std::int32_t id;
+  };
+
+  void add(std::string content, std::int32_t id) { added_.push_back({std::move(content), id}); }
+
+  /// Call once after the last add: longest first; equal lengths keep the file's order.
+  void finish() {
+    std::stable_sort(added_.begin(), added_.end(), [](const Added& a, const Added& b) {
+      return a.content.size() > b.content.size();
+    });
+    for (std::size_t i = 0; i < added_.size(); ++i) {
+      by_first_byte_[static_cast<unsigned char>(added_[i].content[0])].push_back(i);
+    }
+  }
+
+  bool empty() const { return added_.empty(); }
+
+  /// The longest added token starting at text[i], if any.
+  const Added* match_at(std::string_view text, std::size_t i) const {
+    for (const std::size_t k : by_first_byte_[static_cast<unsigned char>(text[i])]) {
+      if (text.substr(i).starts_with(added_[k].content)) return &added_[k];  // longest first
+    }
+    return nullptr;
+  }
+
+  /// Calls on_text(stretch) for each stretch of `text` between matches (possibly empty) and
+  /// on_added(id) for each match, in order.
+  template <class OnText, class OnAdded>
+  void split(std::string_view text, OnText&& on_text, OnAdded&& on_added) const {
+    std::size_t begin = 0, i = 0;
+    while (i < text.size()) {
+      const Added* match = empty() ? nullptr : match_at(text, i);
+      if (!match) {
+        ++i;
+        continue;
+      }
+      on_text(text.substr(begin, i - begin));
+      on_added(match->id);
+      i += match->content.size();
+      begin = i;
+    }
+    on_text(text.substr(begin));
+  }
+
+ private:
+  std::vector<Added> added_;
+  std::array<std::vector<std::size_t>, 256> by_first_byte_;  ///< indices into added_
+};
 
 struct Model {
   enum class Kind : std::uint8_t { kNone, kVocab, kAdded };
   struct Merge {
     std::int32_t rank;
     std::int32_t id;  ///< the merged token
-  };
-  struct Added {
-    std::string content;
-    std::int32_t id;
   };
 
   std::string source;
@@ -389,12 +462,15 @@ struct Model {
   std::vector<Kind> kind;                               ///< id -> what it is
   std::unordered_map<std::uint64_t, Merge> merges;      ///< (left id, right id) -> merge
   std::array<std::int32_t, 256> byte_id{};              ///< initial BPE symbol of each byte
-  std::vector<Added> added;                             ///< added tokens, longest content first
-  std::array<std::vector<std::size_t>, 256> added_by_first_byte;  ///< indices into `added`
-  std::unordered_map<std::string, std::int32_t> added_id;
+  AddedMatcher added_raw;         ///< added tokens with "normalized": false, on the raw text
+  AddedMatcher added_normalized;  ///< added tokens with "normalized": true, on normalised text
+  std::unordered_map<std::string, std::int32_t> added_id;  ///< content -> id
   std::vector<Regex> splits;
   bool nfc = false;
   bool ignore_merges = false;
+  /// The post-processor's single-sequence template (TemplateProcessing, as Llama 3.1 and 3.2
+  /// files have): ids before and after the text's. Only encode_with_special_tokens uses them.
+  std::vector<std::int32_t> template_prefix, template_suffix;
 
   // Words already encoded. Guarded by the mutex so that a shared tokenizer stays thread-safe.
   static constexpr std::size_t kCacheEntries = 1 << 15;
@@ -483,11 +559,19 @@ struct Model {
     return ids;
   }
 
-  /// Normalises, pre-tokenizes and BPE-encodes a stretch of text without added tokens.
+  /// Normalises a stretch of text without raw-matched added tokens, cuts out the normalized
+  /// added tokens, pre-tokenizes and BPE-encodes the rest.
   void encode_segment(std::string_view segment, std::vector<std::int32_t>& out) const {
     if (segment.empty()) return;
     const std::string normalized = nfc ? nfc_of_valid(segment) : std::string(segment);
-    std::vector<std::string_view> pieces{std::string_view(normalized)};
+    added_normalized.split(
+        normalized, [&](std::string_view stretch) { pre_tokenize_and_encode(stretch, out); },
+        [&](std::int32_t id) { out.push_back(id); });
+  }
+
+  void pre_tokenize_and_encode(std::string_view text, std::vector<std::int32_t>& out) const {
+    if (text.empty()) return;
+    std::vector<std::string_view> pieces{text};
     for (const Regex& regex : splits) {
       std::vector<std::string_view> next;
       for (const std::string_view piece : pieces) regex.split(piece, next);
@@ -510,25 +594,25 @@ void read_normalizer(const Reader& reader, const json& root, Model& impl) {
   if (it == root.end() || it->is_null()) return;
   const std::function<void(const json&, const std::string&, std::size_t)> visit =
       [&](const json& node, const std::string& where, std::size_t depth) {
-    if (depth > kMaxNormalizerDepth) {
-      reader.fail(where, " nests normalizer Sequences deeper than ", kMaxNormalizerDepth,
-                  " levels");
-    }
-    const std::string type = reader.type_of(node, where);
-    if (type == "NFC") {
-      impl.nfc = true;
-    } else if (type == "Sequence") {
-      const auto list = node.find("normalizers");
-      if (list == node.end() || !list->is_array()) {
-        reader.fail(where, ".normalizers is missing or not an array");
-      }
-      for (std::size_t i = 0; i < list->size(); ++i) {
-        visit((*list)[i], where + ".normalizers[" + std::to_string(i) + "]", depth + 1);
-      }
-    } else {
-      reader.fail(where, ".type ", quote(type), " is not supported (only NFC)");
-    }
-  };
+        if (depth > kMaxNormalizerDepth) {
+          reader.fail(where, " nests normalizer Sequences deeper than ", kMaxNormalizerDepth,
+                      " levels");
+        }
+        const std::string type = reader.type_of(node, where);
+        if (type == "NFC") {
+          impl.nfc = true;
+        } else if (type == "Sequence") {
+          const auto list = node.find("normalizers");
+          if (list == node.end() || !list->is_array()) {
+            reader.fail(where, ".normalizers is missing or not an array");
+          }
+          for (std::size_t i = 0; i < list->size(); ++i) {
+            visit((*list)[i], where + ".normalizers[" + std::to_string(i) + "]", depth + 1);
+          }
+        } else {
+          reader.fail(where, ".type ", quote(type), " is not supported (only NFC)");
+        }
+      };
   visit(*it, "normalizer", 0);
 }
 
@@ -575,7 +659,9 @@ void read_pre_tokenizer(const Reader& reader, const json& root, Model& impl) {
       impl.splits.emplace_back(text, literal, "amc::qwen2::Tokenizer",
                                reader.source() + ": " + where + ".pattern");
     } else if (type == "ByteLevel") {
-      reader.require_bool(*node, "add_prefix_space", where, false, "Qwen2 adds no prefix space");
+      // trim_offsets (true in Llama 3's file) only moves the offsets of an encoding, never ids.
+      reader.require_bool(*node, "add_prefix_space", where, false,
+                          "neither Qwen nor Llama 3 adds a prefix space");
       if (reader.bool_field(*node, "use_regex", where, true)) {
         impl.splits.emplace_back(kGpt2SplitRegex, false, "amc::qwen2::Tokenizer",
                                  reader.source() + ": GPT-2 regex");
@@ -588,26 +674,120 @@ void read_pre_tokenizer(const Reader& reader, const json& root, Model& impl) {
   if (!byte_level_seen) reader.fail("pre_tokenizer has no ByteLevel step (byte-level BPE only)");
 }
 
-void read_decoder_and_post(const Reader& reader, const json& root) {
+/// A TemplateProcessing post-processor: its "single" template (encode has no pair, so "pair" is
+/// not read) as the ids before and after the text, each special token's ids taken from
+/// "special_tokens" as the Rust implementation does. type_id is not read: encode returns no
+/// token type ids.
+void read_template(const Reader& reader, const json& node, const std::string& where, Model& impl) {
+  const auto single = node.find("single");
+  if (single == node.end() || !single->is_array()) {
+    reader.fail(where, ".single is missing or not an array");
+  }
+  const auto specials = node.find("special_tokens");
+  bool sequence_seen = false;
+  for (std::size_t i = 0; i < single->size(); ++i) {
+    const json& item = (*single)[i];
+    const std::string item_where = where + ".single[" + std::to_string(i) + "]";
+    if (!item.is_object() || item.size() != 1) {
+      reader.fail(item_where, " is not {\"SpecialToken\": ...} or {\"Sequence\": ...}");
+    }
+    if (const auto sequence = item.find("Sequence"); sequence != item.end()) {
+      if (!sequence->is_object()) reader.fail(item_where, ".Sequence is not an object");
+      const std::string id = reader.string_field(*sequence, "id", item_where + ".Sequence");
+      if (id != "A") {
+        reader.fail(item_where, ".Sequence.id ", quote(id),
+                    " is not supported (a single template holds sequence \"A\" only)");
+      }
+      if (sequence_seen) reader.fail(item_where, " repeats sequence \"A\"");
+      sequence_seen = true;
+      continue;
+    }
+    const auto special = item.find("SpecialToken");
+    if (special == item.end() || !special->is_object()) {
+      reader.fail(item_where, " is not {\"SpecialToken\": ...} or {\"Sequence\": ...}");
+    }
+    const std::string name = reader.string_field(*special, "id", item_where + ".SpecialToken");
+    if (specials == node.end() || !specials->is_object() || !specials->contains(name)) {
+      reader.fail(item_where, ".SpecialToken.id ", quote(name), " is not in ", where,
+                  ".special_tokens");
+    }
+    const json& entry = (*specials)[name];
+    const std::string entry_where = where + ".special_tokens[" + quote(name) + "]";
+    if (!entry.is_object() || !entry.contains("ids") || !entry["ids"].is_array() ||
+        entry["ids"].empty()) {
+      reader.fail(entry_where, ".ids is missing, empty or not an array");
+    }
+    std::vector<std::int32_t>& out = sequence_seen ? impl.template_suffix : impl.template_prefix;
+    for (std::size_t k = 0; k < entry["ids"].size(); ++k) {
+      out.push_back(reader.id(entry["ids"][k], entry_where + ".ids[" + std::to_string(k) + "]"));
+    }
+  }
+  if (!sequence_seen) reader.fail(where, ".single has no {\"Sequence\": {\"id\": \"A\"}}");
+}
+
+void read_decoder_and_post(const Reader& reader, const json& root, Model& impl) {
   const auto decoder = root.find("decoder");
   if (decoder == root.end() || decoder->is_null()) {
     reader.fail("decoder is missing (a ByteLevel decoder is required)");
   }
+  // The ByteLevel decoder's and post-processor's options (add_prefix_space, trim_offsets,
+  // use_regex; Llama 3's file sets them true) change no id and no decoded byte: the Rust
+  // ByteLevel decoder maps characters back to bytes whatever they say, and its post-processor
+  // only trims offsets.
   const std::string type = reader.type_of(*decoder, "decoder");
   if (type != "ByteLevel") {
     reader.fail("decoder.type ", quote(type), " is not supported (only ByteLevel)");
   }
   const auto post = root.find("post_processor");
   if (post != root.end() && !post->is_null()) {
-    const std::string post_type = reader.type_of(*post, "post_processor");
-    if (post_type != "ByteLevel") {
-      reader.fail("post_processor.type ", quote(post_type),
-                  " is not supported (only ByteLevel or null: no tokens are added)");
+    // ByteLevel and TemplateProcessing, alone or in one Sequence (Llama 3.1 and 3.2:
+    // [ByteLevel, TemplateProcessing]); at most one template.
+    std::vector<std::pair<const json*, std::string>> steps;
+    if (reader.type_of(*post, "post_processor") == "Sequence") {
+      const auto list = post->find("processors");
+      if (list == post->end() || !list->is_array()) {
+        reader.fail("post_processor.processors is missing or not an array");
+      }
+      for (std::size_t i = 0; i < list->size(); ++i) {
+        steps.emplace_back(&(*list)[i], "post_processor.processors[" + std::to_string(i) + "]");
+      }
+    } else {
+      steps.emplace_back(&*post, "post_processor");
+    }
+    bool template_seen = false;
+    for (const auto& [node, where] : steps) {
+      const std::string post_type = reader.type_of(*node, where);
+      if (post_type == "TemplateProcessing") {
+        if (template_seen) reader.fail(where, " is a second TemplateProcessing");
+        read_template(reader, *node, where, impl);
+        template_seen = true;
+      } else if (post_type != "ByteLevel") {
+        reader.fail(where, ".type ", quote(post_type),
+                    " is not supported (only ByteLevel and TemplateProcessing, alone or in a "
+                    "Sequence)");
+      }
     }
   }
   const auto truncation = root.find("truncation");
   if (truncation != root.end() && !truncation->is_null()) {
     reader.fail("truncation is set; not supported (encode returns every token)");
+  }
+  // The Rust implementation pads single encodings too: to a Fixed length, or to a multiple of
+  // pad_to_multiple_of. BatchLongest alone pads a single text to its own length: nothing.
+  const auto padding = root.find("padding");
+  if (padding != root.end() && !padding->is_null()) {
+    if (!padding->is_object()) reader.fail("padding is not an object");
+    const auto strategy = padding->find("strategy");
+    if (strategy == padding->end() || *strategy != "BatchLongest") {
+      reader.fail("padding.strategy ",
+                  strategy == padding->end() ? std::string("(missing)") : brief(*strategy),
+                  " is not supported (only \"BatchLongest\": encode adds no padding)");
+    }
+    const auto multiple = padding->find("pad_to_multiple_of");
+    if (multiple != padding->end() && !multiple->is_null()) {
+      reader.fail("padding.pad_to_multiple_of = ", brief(*multiple),
+                  " is not supported (encode adds no padding)");
+    }
   }
 }
 
@@ -770,6 +950,10 @@ void read_added_tokens(const Reader& reader, const json& root, Model& impl, std:
     for (const char* key : {"lstrip", "rstrip", "single_word"}) {
       reader.require_bool(entry, key, where, false, "added tokens match their content exactly");
     }
+    // As tokenizers.js reads a missing flag (the Rust implementation requires both): special
+    // defaults to false and normalized to !special.
+    const bool special = reader.bool_field(entry, "special", where, false);
+    const bool normalized = reader.bool_field(entry, "normalized", where, !special);
     const auto index = static_cast<std::size_t>(id);
     if (index >= impl.kind.size()) {
       impl.kind.resize(index + 1, Model::Kind::kNone);
@@ -796,15 +980,16 @@ void read_added_tokens(const Reader& reader, const json& root, Model& impl, std:
     impl.kind[index] = Model::Kind::kAdded;
     impl.spelling[index] = content;
     impl.bytes[index] = content;
-    impl.added.push_back({content, id});
+    if (normalized) {
+      // Matched in the normalised text, so its content is normalised too (read_normalizer ran).
+      impl.added_normalized.add(impl.nfc ? nfc_of_valid(content) : content, id);
+    } else {
+      impl.added_raw.add(content, id);
+    }
     max_id = std::max(max_id, id);
   }
-  std::stable_sort(impl.added.begin(), impl.added.end(), [](const auto& a, const auto& b) {
-    return a.content.size() > b.content.size();
-  });
-  for (std::size_t i = 0; i < impl.added.size(); ++i) {
-    impl.added_by_first_byte[static_cast<unsigned char>(impl.added[i].content[0])].push_back(i);
-  }
+  impl.added_raw.finish();
+  impl.added_normalized.finish();
 }
 
 }  // namespace
@@ -850,13 +1035,22 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& so
     std::int32_t max_id = -1;
     const IdLimit id_limit(root);
     read_model(reader, root, model, max_id, id_limit);
+    read_normalizer(reader, root, model);  // before the added tokens: normalized ones need it
     read_added_tokens(reader, root, model, max_id, id_limit);
-    read_normalizer(reader, root, model);
     read_pre_tokenizer(reader, root, model);
-    read_decoder_and_post(reader, root);
+    read_decoder_and_post(reader, root, model);
     model.kind.resize(static_cast<std::size_t>(max_id) + 1);
     model.spelling.resize(model.kind.size());
     model.bytes.resize(model.kind.size());
+    for (const auto* ids : {&model.template_prefix, &model.template_suffix}) {
+      for (const std::int32_t id : *ids) {
+        if (static_cast<std::size_t>(id) >= model.kind.size() ||
+            model.kind[static_cast<std::size_t>(id)] == Model::Kind::kNone) {
+          reader.fail("the post_processor template adds id ", id,
+                      ", which is not in the vocabulary or added tokens");
+        }
+      }
+    }
   } catch (const json::exception& e) {  // a field of an unexpected type deep inside
     reader.fail("unexpected JSON content: ", e.what());
   }
@@ -885,25 +1079,18 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text) const {
   const Model& impl = impl_->model;
   std::vector<std::int32_t> ids;
   ids.reserve(text.size() / 3 + 1);
-  std::size_t segment_begin = 0, i = 0;
-  while (i < text.size()) {
-    const Model::Added* match = nullptr;
-    for (const std::size_t k : impl.added_by_first_byte[static_cast<unsigned char>(text[i])]) {
-      if (text.substr(i).starts_with(impl.added[k].content)) {  // longest first
-        match = &impl.added[k];
-        break;
-      }
-    }
-    if (!match) {
-      ++i;
-      continue;
-    }
-    impl.encode_segment(text.substr(segment_begin, i - segment_begin), ids);
-    ids.push_back(match->id);
-    i += match->content.size();
-    segment_begin = i;
-  }
-  impl.encode_segment(text.substr(segment_begin), ids);
+  impl.added_raw.split(
+      text, [&](std::string_view segment) { impl.encode_segment(segment, ids); },
+      [&](std::int32_t id) { ids.push_back(id); });
+  return ids;
+}
+
+std::vector<std::int32_t> Tokenizer::encode_with_special_tokens(std::string_view text) const {
+  const Model& impl = impl_->model;
+  std::vector<std::int32_t> ids = impl.template_prefix;
+  const std::vector<std::int32_t> body = encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  ids.insert(ids.end(), impl.template_suffix.begin(), impl.template_suffix.end());
   return ids;
 }
 
