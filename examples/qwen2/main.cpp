@@ -478,7 +478,10 @@ int run(const Arguments& a) {
   if (a.prompt_ids) {
     prompt = parse_ids(*a.prompt_ids, checkpoint.config().vocab_size);
   } else {
-    prompt = tokenizer->encode(a.prompt ? *a.prompt : std::string(kDemoPrompt));
+    // As Hugging Face's tokenizer(prompt) encodes it: inside the post-processor's template, so
+    // a Llama 3.1/3.2 prompt starts with <|begin_of_text|> as the model was trained to see;
+    // Qwen's files (and byte-level ones) add nothing.
+    prompt = tokenizer->encode_with_special_tokens(a.prompt ? *a.prompt : std::string(kDemoPrompt));
     if (prompt.empty()) fail("--prompt: the prompt encodes to no tokens");
     for (const std::int32_t id : prompt) {
       if (id >= checkpoint.config().vocab_size) {

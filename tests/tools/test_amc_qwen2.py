@@ -210,6 +210,33 @@ def families(synth, qwen2, tmp):
         demo = run([qwen2, "--model", model, "--demo", "-n", "4"]).stdout
         check(f"({architecture}, 2 layers" in demo, f"{family}: --demo header: {demo[:200]!r}")
 
+    # A prompt is encoded as Hugging Face's tokenizer(prompt): inside the post-processor's
+    # template, as Llama 3.1/3.2's tokenizer.json puts <|begin_of_text|> first (here the
+    # synthetic tokenizer's <|im_start|> plays that token).
+    llama = os.path.join(tmp, "family_llama")
+    templated = os.path.join(tmp, "family_llama_template")
+    copy_checkpoint(llama, templated)
+    tokenizer = json.loads(read_file(os.path.join(llama, "tokenizer.json")))
+    bos = next(t for t in tokenizer["added_tokens"] if t["content"] == "<|im_start|>")
+    special = {"SpecialToken": {"id": "<|im_start|>", "type_id": 0}}
+    tokenizer["post_processor"] = {"type": "Sequence", "processors": [
+        tokenizer["post_processor"],
+        {"type": "TemplateProcessing", "single": [special, {"Sequence": {"id": "A", "type_id": 0}}],
+         "pair": [special, {"Sequence": {"id": "A", "type_id": 0}},
+                  {"Sequence": {"id": "B", "type_id": 1}}],
+         "special_tokens": {"<|im_start|>": {"id": "<|im_start|>", "ids": [bos["id"]],
+                                             "tokens": ["<|im_start|>"]}}}]}
+    with open(os.path.join(templated, "tokenizer.json"), "w") as f:
+        json.dump(tokenizer, f)
+
+    def prompt_ids(model):
+        out = run([qwen2, "--model", model, "--prompt", "Hello there", "-n", "1", "--json"])
+        return json.loads(out.stdout.splitlines()[0])["prompt_ids"]
+
+    plain = prompt_ids(llama)
+    check(prompt_ids(templated) == [bos["id"]] + plain and bos["id"] not in plain,
+          f"--prompt with a TemplateProcessing tokenizer: {prompt_ids(templated)}, without: {plain}")
+
     # Overrides: a Qwen3 head_dim of 48 (not 64 / 4), an untied Qwen2.
     qwen3 = os.path.join(tmp, "family_qwen3_48")
     run([synth, "--out", qwen3, "--family", "qwen3", "--head-dim", "48"])
