@@ -1,0 +1,31 @@
+# Cross build for 64-bit ARM Linux with Debian's cross compiler (g++-aarch64-linux-gnu), tests
+# run under qemu-user (CMAKE_CROSSCOMPILING_EMULATOR, used by add_test and ctest).
+#
+# Libraries: the target's own (libpcre2-dev:arm64, libutf8proc-dev:arm64, libc) come from
+# Debian's multiarch directories; the header-only dependencies (Eigen, xsimd, nlohmann-json,
+# CLI11, Catch2 2.x) are architecture-independent, so their host packages in /usr are used
+# as they are: the root path is /usr/aarch64-linux-gnu first, then / for those headers.
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+
+set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
+set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
+
+set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu /)
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)  # host tools (python3, pkg-config)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
+set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
+set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
+
+# pkg-config must describe the arm64 libraries (/usr/lib/aarch64-linux-gnu/pkgconfig), not
+# the host's.
+set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig")
+set(ENV{PKG_CONFIG_SYSROOT_DIR} "/")
+
+# -L: the target's dynamic loader and libraries for qemu (libstdc++, libc from the cross
+# toolchain; the multiarch libraries are found through /etc/ld.so.cache-free default paths
+# below).
+set(CMAKE_CROSSCOMPILING_EMULATOR
+    qemu-aarch64 -L /usr/aarch64-linux-gnu
+    CACHE STRING "Runs aarch64 test executables on the build machine")
