@@ -3,19 +3,34 @@
 # scalar variant is always built, so amc builds and runs where no SIMD is available.
 include(CheckCXXCompilerFlag)
 
+# amc_simd_variants(OUT): the table of architectures, "name|source|flags" per kernel variant
+# for the target processor (empty where amc has none). The GEMM variants of the Qwen2 example
+# (examples/qwen2/CMakeLists.txt) are built from the same table. NEON is baseline on AArch64,
+# so its flags are empty.
+function(amc_simd_variants out)
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
+    set(variants
+      "sse2|src/kernels_sse2.cpp|-msse2"
+      "avx2|src/kernels_avx2.cpp|-mavx2 -mfma -mf16c"
+      "avx512|src/kernels_avx512.cpp|-mavx512f -mavx512bw -mavx512dq -mavx512cd -mavx2 -mfma -mf16c")
+  elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64|ARM64")
+    set(variants "neon|src/kernels_neon.cpp|")
+  else()
+    set(variants "")
+  endif()
+  set(${out} "${variants}" PARENT_SCOPE)
+endfunction()
+
 function(amc_add_simd_kernels target)
   if(NOT AMC_ENABLE_SIMD)
     message(STATUS "amc: SIMD kernels disabled; scalar kernels only")
     return()
   endif()
-  if(NOT CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
+  amc_simd_variants(variants)
+  if(NOT variants)
     message(STATUS "amc: no SIMD kernel variants for ${CMAKE_SYSTEM_PROCESSOR}; scalar kernels only")
     return()
   endif()
-  set(variants
-    "sse2|src/kernels_sse2.cpp|-msse2"
-    "avx2|src/kernels_avx2.cpp|-mavx2 -mfma -mf16c"
-    "avx512|src/kernels_avx512.cpp|-mavx512f -mavx512bw -mavx512dq -mavx512cd -mavx2 -mfma -mf16c")
   foreach(variant IN LISTS variants)
     string(REPLACE "|" ";" fields "${variant}")
     list(GET fields 0 name)

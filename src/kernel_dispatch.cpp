@@ -51,6 +51,10 @@ std::vector<const KernelTable*> detect() {
 #if AMC_KERNELS_AVX512
   if (cpu_supports("avx512")) tables.push_back(&detail::avx512_table());
 #endif
+#if AMC_KERNELS_NEON
+  // Advanced SIMD is part of the AArch64 baseline: every aarch64 CPU runs this table.
+  tables.push_back(&detail::neon_table());
+#endif
   return tables;
 }
 

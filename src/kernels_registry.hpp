@@ -15,5 +15,8 @@ const KernelTable& avx2_table();
 #if AMC_KERNELS_AVX512
 const KernelTable& avx512_table();
 #endif
+#if AMC_KERNELS_NEON
+const KernelTable& neon_table();
+#endif
 
 }  // namespace amc::kernels::detail

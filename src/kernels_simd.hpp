@@ -1,75 +1,26 @@
 // SIMD primitives over xsimd batches, with the scalar loops of ScalarOps as tails.
 // Included by the per-instruction-set translation units only; each one compiles it with its own
 // target flags (see cmake/AmcSimd.cmake).
+//
+// This file is portable xsimd code. What xsimd does not cover, or covers too slowly, is in one
+// header per architecture, each giving the same names: load_f32<Arch>(const bf16*) and
+// load_f32<Arch>(const f16*) (widening loads), prefetch_line(p) and transpose_sum<Arch>(rows);
+// x86 adds the AVX-512 fold of chunk scores (fold_chunk_scores_wide, AMC_SIMD_WIDE_FOLD).
 #pragma once
 
-#include <immintrin.h>
+#include "kernels_simd_batch.hpp"
 
-#include <xsimd/xsimd.hpp>
-
-#include "kernels_generic.hpp"
+#if defined(__x86_64__) || defined(__i386__)
+#include "kernels_simd_x86.hpp"
+#elif defined(__aarch64__)
+#include "kernels_simd_neon.hpp"
+#else
+#error \
+    "amc: kernels_simd.hpp has no per-architecture part for this target (build the scalar kernels only)"
+#endif
 
 namespace amc::kernels {
 namespace {
-
-template <class Arch>
-using FloatBatch = xsimd::batch<float, Arch>;
-
-// Horizontal sum: xsimd 8 calls it hadd, later versions reduce_add.
-template <class Arch>
-inline float horizontal_sum(const FloatBatch<Arch>& x) {
-#if XSIMD_VERSION_MAJOR >= 9
-  return xsimd::reduce_add(x);
-#else
-  return xsimd::hadd(x);
-#endif
-}
-
-template <class Arch>
-inline float horizontal_max(const FloatBatch<Arch>& x) {
-  alignas(64) float lanes[FloatBatch<Arch>::size];
-  x.store_aligned(lanes);
-  float m = lanes[0];
-  for (std::size_t i = 1; i < FloatBatch<Arch>::size; ++i) m = std::max(m, lanes[i]);
-  return m;
-}
-
-// Widening loads: one batch of f32 from batch-size elements of the storage type. bf16 is the
-// top half of an f32, so a zero-extend and a 16-bit shift; f16 uses the F16C conversion where
-// the instruction set has it.
-template <class Arch>
-inline FloatBatch<Arch> load_f32(const float* p) {
-  return FloatBatch<Arch>::load_unaligned(p);
-}
-
-template <class Arch>
-inline FloatBatch<Arch> load_f32(const bf16* p) {
-  if constexpr (FloatBatch<Arch>::size == 16) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  } else if constexpr (FloatBatch<Arch>::size == 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  } else {
-    static_assert(FloatBatch<Arch>::size == 4, "amc: unsupported vector width for bf16 loads");
-    const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    return _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h));
-  }
-}
-
-template <class Arch>
-inline FloatBatch<Arch> load_f32(const f16* p) {
-  if constexpr (FloatBatch<Arch>::size == 16) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  } else if constexpr (FloatBatch<Arch>::size == 8) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  } else {
-    // SSE2 has no half-precision conversion: convert the four lanes in scalar code.
-    alignas(16) float lanes[4];
-    for (int i = 0; i < 4; ++i) lanes[i] = to_float(p[i]);
-    return FloatBatch<Arch>::load_aligned(lanes);
-  }
-}
 
 template <class Arch>
 struct SimdOps {
@@ -180,49 +131,6 @@ struct SimdOps {
 namespace amc::kernels {
 namespace {
 
-/// Lane r of the result is `op` folded over the lanes of rows[r], for 16 rows at once (op
-/// associative and commutative: add or max): fold 256-bit halves, then 128-bit quarters, then
-/// within 128-bit lanes, and finally undo the 4 x 4 transpose that leaves. Two shuffles and one
-/// op per step, 15 steps for 16 results.
-template <class Op>
-inline __m512 transpose_reduce16(const __m512* rows, Op op) {
-  __m512 halves[8];
-  for (int i = 0; i < 8; ++i) {
-    const __m512 a = rows[2 * i], b = rows[2 * i + 1];
-    halves[i] = op(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                   _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-  }
-  __m512 quarters[4];  // 128-bit lane k of quarters[j] holds 4 partial results of row 4j + k
-  for (int j = 0; j < 4; ++j) {
-    const __m512 a = halves[2 * j], b = halves[2 * j + 1];
-    quarters[j] = op(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
-                     _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
-  }
-  const __m512 pairs01 = op(_mm512_shuffle_ps(quarters[0], quarters[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                            _mm512_shuffle_ps(quarters[0], quarters[1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 pairs23 = op(_mm512_shuffle_ps(quarters[2], quarters[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                            _mm512_shuffle_ps(quarters[2], quarters[3], _MM_SHUFFLE(3, 2, 3, 2)));
-  // Element 4k + j now holds the result of row 4j + k.
-  const __m512 folded = op(_mm512_shuffle_ps(pairs01, pairs23, _MM_SHUFFLE(2, 0, 2, 0)),
-                           _mm512_shuffle_ps(pairs01, pairs23, _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  return _mm512_permutexvar_ps(order, folded);
-}
-
-/// Lane r of the result is the sum of the lanes of rows[r], for W rows at once.
-/// xsimd::haddp does this, but xsimd 8.1's AVX-512 version returns the sums permuted
-/// (0 1 4 5 2 3 6 7 ...), so the 16-lane case is written out.
-template <class Arch>
-inline FloatBatch<Arch> transpose_sum(const FloatBatch<Arch>* rows) {
-  if constexpr (FloatBatch<Arch>::size == 16) {
-    __m512 raw[16];
-    for (int i = 0; i < 16; ++i) raw[i] = rows[i];
-    return transpose_reduce16(raw, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); });
-  } else {
-    return xsimd::haddp(rows);
-  }
-}
-
 /// Register-blocked fused kernels for head_dim a multiple of the vector width (64 and 128 in
 /// practice); other widths take the generic path of kernels_generic.hpp.
 ///
@@ -245,7 +153,7 @@ struct BlockedOps : SimdOps<Arch> {
     constexpr std::int64_t kLine = 64 / static_cast<std::int64_t>(sizeof(T));  // elements per line
     for (std::int64_t r = 0; r < count; ++r) {
       for (std::int64_t i = 0; i < head_dim; i += kLine) {
-        _mm_prefetch(reinterpret_cast<const char*>(rows + r * stride + i), _MM_HINT_T0);
+        prefetch_line(rows + r * stride + i);
       }
     }
   }
@@ -522,68 +430,6 @@ struct BlockedOps : SimdOps<Arch> {
     }
   }
 
-  /// The AVX-512 fold of one chunk's scores ([heads, kAttendChunk], `rows` used) into the
-  /// running states, 16 heads at a time: each head's chunk max and chunk sum land in one lane of
-  /// a transposing reduction, where fold_chunk_scores reduces every head horizontally in a
-  /// serial chain (max, then exp, then sum; 22% of the hot dense kernel's profile, and the hot
-  /// kernel about 5% faster without it: docs/performance.md). Scores past
-  /// `rows` are set to -inf, which changes no max and adds exp(-inf) = 0 to no sum. The
-  /// accumulators' rescale factors (1 where a head's max did not grow) go to rescale[heads], for
-  /// accumulate_values to apply as it loads them.
-  static void fold_chunk_scores_wide(const AttendArgs& a, float* scores, std::int64_t rows,
-                                     float* rescale) requires(W == 16) {
-    constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
-    static_assert(kAttendChunk == 2 * W, "the fold reads each head's chunk as two vectors");
-    if (rows < kAttendChunk) {
-      for (std::int64_t h = 0; h < a.heads; ++h)
-        std::fill(scores + h * kAttendChunk + rows, scores + (h + 1) * kAttendChunk, kMinusInf);
-    }
-    const auto add = [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); };
-    const auto max = [](__m512 x, __m512 y) { return _mm512_max_ps(x, y); };
-    for (std::int64_t h0 = 0; h0 < a.heads; h0 += W) {
-      const int n = static_cast<int>(std::min<std::int64_t>(W, a.heads - h0));
-      const auto live = static_cast<__mmask16>((1u << n) - 1u);
-      float* chunk = scores + h0 * kAttendChunk;
-      __m512 lanes[W];
-      for (int h = 0; h < W; ++h) {
-        lanes[h] = h < n ? _mm512_max_ps(_mm512_loadu_ps(chunk + h * kAttendChunk),
-                                         _mm512_loadu_ps(chunk + h * kAttendChunk + W))
-                         : _mm512_set1_ps(kMinusInf);
-      }
-      const __m512 old_max =
-          _mm512_mask_loadu_ps(_mm512_set1_ps(kMinusInf), live, a.running_max + h0);
-      // max_ps(x, y) is x > y ? x : y, which for (chunk, old) is std::max(old, chunk) of the
-      // scalar fold, NaN cases included.
-      const __m512 new_max = _mm512_max_ps(transpose_reduce16(lanes, max), old_max);
-      alignas(64) float shift[W];
-      _mm512_store_ps(shift, new_max);
-      for (int h = 0; h < W; ++h) {
-        if (h >= n) {
-          lanes[h] = _mm512_setzero_ps();
-          continue;
-        }
-        float* head = chunk + h * kAttendChunk;
-        const Batch s(shift[h]);
-        const Batch e0 = xsimd::exp(Batch::load_unaligned(head) - s);
-        const Batch e1 = xsimd::exp(Batch::load_unaligned(head + W) - s);
-        e0.store_unaligned(head);
-        e1.store_unaligned(head + W);
-        lanes[h] = e0 + e1;
-      }
-      const __m512 chunk_sum = transpose_reduce16(lanes, add);
-      const __m512 old_sum = _mm512_maskz_loadu_ps(live, a.running_sum + h0);
-      // As the scalar fold: rescale only where the max grew and something was accumulated.
-      const __mmask16 grew = _mm512_cmp_ps_mask(new_max, old_max, _CMP_GT_OQ) &
-                             _mm512_cmp_ps_mask(old_sum, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-      const __m512 factor = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), grew,
-                                               xsimd::exp(Batch(_mm512_sub_ps(old_max, new_max))));
-      _mm512_mask_storeu_ps(a.running_sum + h0, live,
-                            _mm512_add_ps(_mm512_mul_ps(old_sum, factor), chunk_sum));
-      _mm512_mask_storeu_ps(a.running_max + h0, live, new_max);
-      _mm512_mask_storeu_ps(rescale + h0, live, factor);
-    }
-  }
-
   template <KvStorage T>
   static void attend(const AttendArgs& a) {
     if (a.head_dim % W != 0) {
@@ -614,15 +460,17 @@ struct BlockedOps : SimdOps<Arch> {
         score_rows<float>(a.queries, a.heads, a.head_dim, converted, a.head_dim, rows, scores,
                           kAttendChunk);
       }
+#if AMC_SIMD_WIDE_FOLD
       if constexpr (W == 16) {
-        fold_chunk_scores_wide(a, scores, rows, rescale);
+        fold_chunk_scores_wide<Arch>(a, scores, rows, rescale);
         accumulate_values_any(a.heads, scores, rescale, chunk_values, a.value_stride, rows,
                               a.head_dim, a.accumulator);
-      } else {
-        fold_chunk_scores<Base>(a, scores, rows);  // rescales the accumulators itself
-        accumulate_values_any(a.heads, scores, nullptr, chunk_values, a.value_stride, rows,
-                              a.head_dim, a.accumulator);
+        continue;
       }
+#endif
+      fold_chunk_scores<Base>(a, scores, rows);  // rescales the accumulators itself
+      accumulate_values_any(a.heads, scores, nullptr, chunk_values, a.value_stride, rows,
+                            a.head_dim, a.accumulator);
     }
   }
 };

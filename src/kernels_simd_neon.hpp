@@ -1,0 +1,42 @@
+// The AArch64 parts of kernels_simd.hpp (xsimd::neon64, 4 f32 lanes): narrow-storage loads
+// and prefetch. Advanced SIMD (NEON), including the f16 <-> f32 conversions FCVTL/FCVTN, is
+// part of the AArch64 baseline, so this needs no target flags and no run-time check.
+#pragma once
+
+#include <arm_neon.h>
+
+#include <cstdint>
+
+#include "kernels_simd_batch.hpp"
+
+namespace amc::kernels {
+namespace {
+
+// Widening loads: one batch of f32 from four elements of the storage type. bf16 is the top
+// half of an f32, so one widening shift left by 16 (SHLL); f16 is one FCVTL.
+template <class Arch>
+inline FloatBatch<Arch> load_f32(const bf16* p) {
+  static_assert(FloatBatch<Arch>::size == 4, "amc: NEON batches hold four floats");
+  const uint16x4_t h = vld1_u16(reinterpret_cast<const std::uint16_t*>(p));
+  return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+}
+
+template <class Arch>
+inline FloatBatch<Arch> load_f32(const f16* p) {
+  static_assert(FloatBatch<Arch>::size == 4, "amc: NEON batches hold four floats");
+  const uint16x4_t h = vld1_u16(reinterpret_cast<const std::uint16_t*>(p));
+  return vcvt_f32_f16(vreinterpret_f16_u16(h));
+}
+
+/// One cache line towards L1, for reading (PRFM PLDL1KEEP).
+inline void prefetch_line(const void* p) { __builtin_prefetch(p, 0, 3); }
+
+/// Lane r of the result is the sum of the lanes of rows[r], for four rows at once (pairwise
+/// adds; xsimd's neon64 haddp returns the sums in row order).
+template <class Arch>
+inline FloatBatch<Arch> transpose_sum(const FloatBatch<Arch>* rows) {
+  return xsimd::haddp(rows);
+}
+
+}  // namespace
+}  // namespace amc::kernels
