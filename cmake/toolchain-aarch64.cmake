@@ -29,3 +29,9 @@ set(ENV{PKG_CONFIG_SYSROOT_DIR} "/")
 set(CMAKE_CROSSCOMPILING_EMULATOR
     qemu-aarch64 -L /usr/aarch64-linux-gnu
     CACHE STRING "Runs aarch64 test executables on the build machine")
+
+# Debian installs xsimd's (header-only, architecture-independent) CMake package under the host's
+# multiarch directory, where a search for the aarch64-linux-gnu one does not look.
+if(NOT xsimd_DIR AND EXISTS /usr/lib/x86_64-linux-gnu/cmake/xsimd)
+  set(xsimd_DIR /usr/lib/x86_64-linux-gnu/cmake/xsimd CACHE PATH "xsimd's CMake package (headers only)" FORCE)
+endif()

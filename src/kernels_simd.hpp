@@ -438,9 +438,9 @@ struct BlockedOps : SimdOps<Arch> {
     }
     const T* keys = static_cast<const T*>(a.keys);
     const T* values = static_cast<const T*>(a.values);
-    float* scores = a.scratch;                               // [heads, kAttendChunk]
-    float* converted = a.scratch + a.heads * kAttendChunk;   // [kAttendChunk, head_dim]
-    float* rescale = converted + kAttendChunk * a.head_dim;  // [heads]
+    float* scores = a.scratch;                              // [heads, kAttendChunk]
+    float* converted = a.scratch + a.heads * kAttendChunk;  // [kAttendChunk, head_dim]
+    [[maybe_unused]] float* rescale = converted + kAttendChunk * a.head_dim;  // [heads]: wide fold
     for (std::int64_t first = 0; first < a.rows; first += kAttendChunk) {
       const std::int64_t rows = std::min(kAttendChunk, a.rows - first);
       const T* chunk_keys = keys + first * a.key_stride;
