@@ -14,13 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=${1:-docs/selectors/sweeps-retrieval}
 eval=build/release/examples/eval/amc-eval
 mkdir -p "$out"
-mapfile -t documents < <(/usr/bin/python3 -c '
-import sys
-sys.path.insert(0, "tools/train_tiny")
-from train import corpus_files, VALIDATION_EVERY
-for i, f in enumerate(corpus_files()):
-    if i % VALIDATION_EVERY == 0:
-        print(f)')
+mapfile -t documents < <(/usr/bin/python3 tools/train_tiny/heldout_files.py)
 common=(--model data/qwen2-retrieval --text "${documents[@]}" --contexts 3968
         --supports 97,193,385,769 --prefixes 10 --tokens 128)
 
