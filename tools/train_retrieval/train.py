@@ -303,7 +303,8 @@ def export(args):
         "phases": [{"first_step": p[0], "context": p[1], "sequences": p[2],
                     "mix_repeats_pure_copies_code_with_inserts_plain_code": list(p[3])}
                    for p in PHASES],
-        "peak_lr": args.lr, "warmup": args.warmup, "seed": args.seed, "threads": args.threads,
+        "peak_lr": args.lr, "warmup": args.warmup, "logit_cap": args.logit_cap,
+        "seed": args.seed, "threads": args.threads,
         "tokens_seen": sum(r["tokens"] for r in rows), "seconds": last["seconds"],
         "final": {k: v for k, v in last.items() if k not in ("step", "tokens", "lr")},
         "torch": torch.__version__,

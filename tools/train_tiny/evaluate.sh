@@ -21,13 +21,7 @@ eval=build/release/examples/eval/amc-eval
 mkdir -p "$out"
 
 # The held-out files, in the order train.py uses (sorted by path under /usr/lib/python3.11).
-mapfile -t documents < <(/usr/bin/python3 -c '
-import sys
-sys.path.insert(0, "tools/train_tiny")
-from train import corpus_files, VALIDATION_EVERY
-for i, f in enumerate(corpus_files()):
-    if i % VALIDATION_EVERY == 0:
-        print(f)')
+mapfile -t documents < <(/usr/bin/python3 tools/train_tiny/heldout_files.py)
 
 common=(--model "$model" --text "${documents[@]}" --contexts 1024,2048
         --supports 97,193,385,769 --prefixes 10)
