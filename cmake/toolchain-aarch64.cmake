@@ -1,10 +1,11 @@
 # Cross build for 64-bit ARM Linux with Debian's cross compiler (g++-aarch64-linux-gnu), tests
 # run under qemu-user (CMAKE_CROSSCOMPILING_EMULATOR, used by add_test and ctest).
 #
-# Libraries: the target's own (libpcre2-dev:arm64, libutf8proc-dev:arm64, libc) come from
-# Debian's multiarch directories; the header-only dependencies (Eigen, xsimd, nlohmann-json,
-# CLI11, Catch2 2.x) are architecture-independent, so their host packages in /usr are used
-# as they are: the root path is /usr/aarch64-linux-gnu first, then / for those headers.
+# Libraries: libc and libstdc++ are the cross toolchain's (/usr/aarch64-linux-gnu/lib), PCRE2 and
+# utf8proc (libpcre2-dev:arm64, libutf8proc-dev:arm64) come from Debian's multiarch directories;
+# the header-only dependencies (Eigen, xsimd, nlohmann-json, CLI11, Catch2 2.x) are
+# architecture-independent, so their host packages in /usr are used as they are: the root path
+# is /usr/aarch64-linux-gnu first, then / for those headers.
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
 
@@ -23,11 +24,17 @@ set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
 set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig")
 set(ENV{PKG_CONFIG_SYSROOT_DIR} "/")
 
-# -L: the target's dynamic loader and libraries for qemu (libstdc++, libc from the cross
-# toolchain; the multiarch libraries are found through /etc/ld.so.cache-free default paths
-# below).
+# The emulator. -L: qemu looks up the target's absolute paths under /usr/aarch64-linux-gnu first,
+# so the ELF interpreter is the cross toolchain's ld.so (libc6-arm64-cross). LD_LIBRARY_PATH:
+# libc, libm and libstdc++ from the same place, the ones the executables were linked against.
+# Without it the loader's default paths reach /lib/aarch64-linux-gnu/libc.so.6, the multiarch
+# libc6:arm64 that libpcre2-dev:arm64 pulls in: a different glibc build than that ld.so
+# (2.36-9+deb12u14 against 2.36-8cross1 on Debian 12), so the loader's shared data disagrees
+# with libc's and pthread_create loops forever in its stack cache (any test that starts a
+# thread hung). The multiarch libraries (PCRE2, utf8proc) are still found on the loader's
+# default path /usr/lib/aarch64-linux-gnu and only need libc's stable ABI.
 set(CMAKE_CROSSCOMPILING_EMULATOR
-    qemu-aarch64 -L /usr/aarch64-linux-gnu
+    qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib
     CACHE STRING "Runs aarch64 test executables on the build machine")
 
 # Debian installs xsimd's (header-only, architecture-independent) CMake package under the host's

@@ -4,7 +4,10 @@
 #
 #   cmake -DAMC_BUILD_DIR=<amc build tree> -DWORK_DIR=<scratch dir> -DCONSUMER_SOURCE_DIR=<dir>
 #         -DGENERATOR=<generator> [-DMAKE_PROGRAM=<path>] -DCXX_COMPILER=<path>
-#         [-DBUILD_TYPE=<config>] -P install_consumer.cmake
+#         [-DBUILD_TYPE=<config>] [-DTOOLCHAIN_FILE=<file> -DEMULATOR=<command>]
+#         -P install_consumer.cmake
+# TOOLCHAIN_FILE and EMULATOR: a cross build's (cmake/toolchain-aarch64.cmake; qemu-aarch64 ...),
+# so the consumer is built for the same target and run under the emulator.
 cmake_minimum_required(VERSION 3.25)
 
 foreach(var AMC_BUILD_DIR WORK_DIR CONSUMER_SOURCE_DIR GENERATOR CXX_COMPILER)
@@ -40,9 +43,13 @@ set(make_program_arg)
 if(MAKE_PROGRAM)
   set(make_program_arg "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}")
 endif()
+set(toolchain_arg)
+if(TOOLCHAIN_FILE)
+  set(toolchain_arg "-DCMAKE_TOOLCHAIN_FILE=${TOOLCHAIN_FILE}")
+endif()
 execute_process(
   COMMAND "${CMAKE_COMMAND}" -S "${CONSUMER_SOURCE_DIR}" -B "${consumer_build}"
-          -G "${GENERATOR}" ${make_program_arg}
+          -G "${GENERATOR}" ${make_program_arg} ${toolchain_arg}
           "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}"
           "-DCMAKE_BUILD_TYPE=${BUILD_TYPE}"
           "-DCMAKE_PREFIX_PATH=${prefix}"
@@ -68,6 +75,7 @@ set(consumer "${consumer_build}/amc_consumer")
 if(NOT EXISTS "${consumer}" AND BUILD_TYPE)
   set(consumer "${consumer_build}/${BUILD_TYPE}/amc_consumer")  # multi-config generators
 endif()
-message(STATUS "install_consumer: running ${consumer}")
-execute_process(COMMAND "${consumer}" COMMAND_ERROR_IS_FATAL ANY)
+separate_arguments(emulator UNIX_COMMAND "${EMULATOR}")
+message(STATUS "install_consumer: running ${emulator} ${consumer}")
+execute_process(COMMAND ${emulator} "${consumer}" COMMAND_ERROR_IS_FATAL ANY)
 message(STATUS "install_consumer: passed")

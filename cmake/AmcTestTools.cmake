@@ -1,0 +1,41 @@
+# Running the project's own executables from test scripts (Python, cmake -P) in a cross build.
+#
+# ctest runs an add_test(COMMAND <target>) under CMAKE_CROSSCOMPILING_EMULATOR by itself, but a
+# script that is handed $<TARGET_FILE:tool> and runs the tool would exec a foreign binary. In a
+# cross build with an emulator (preset aarch64: qemu-aarch64), amc_tool_path gives such scripts
+# a small wrapper instead, build/<preset>/emulated/<tool>, that execs the emulator on the tool;
+# in a native build it is the tool itself.
+
+# amc_tool_path(OUT TARGET): sets OUT to a path (generator expression) that runs TARGET.
+function(amc_tool_path out target)
+  if(NOT CMAKE_CROSSCOMPILING OR NOT CMAKE_CROSSCOMPILING_EMULATOR)
+    set(${out} "$<TARGET_FILE:${target}>" PARENT_SCOPE)
+    return()
+  endif()
+  set(wrapper "${PROJECT_BINARY_DIR}/emulated/${target}")
+  set(${out} "${wrapper}" PARENT_SCOPE)
+  get_property(done GLOBAL PROPERTY AMC_EMULATED_${target})
+  if(done)  # one wrapper per tool, however many tests run it
+    return()
+  endif()
+  set_property(GLOBAL PROPERTY AMC_EMULATED_${target} TRUE)
+  set(words)
+  foreach(word IN LISTS CMAKE_CROSSCOMPILING_EMULATOR)
+    string(APPEND words "'${word}' ")
+  endforeach()
+  file(GENERATE OUTPUT "${wrapper}"
+       CONTENT "#!/bin/sh\n# Runs ${target} (built for ${CMAKE_SYSTEM_PROCESSOR}) under the emulator.\nexec ${words}'$<TARGET_FILE:${target}>' \"$@\"\n"
+       FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
+                        WORLD_READ WORLD_EXECUTE)
+endfunction()
+
+# amc_emulator_command(OUT): the emulator as one space-separated string, for a cmake -P script
+# that builds and runs a program for the target (separate_arguments splits it again); empty in a
+# native build.
+function(amc_emulator_command out)
+  set(command "")
+  if(CMAKE_CROSSCOMPILING AND CMAKE_CROSSCOMPILING_EMULATOR)
+    list(JOIN CMAKE_CROSSCOMPILING_EMULATOR " " command)
+  endif()
+  set(${out} "${command}" PARENT_SCOPE)
+endfunction()
