@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The passkey comparison of docs/selectors.md on data/qwen2-retrieval (issue 16's passkey
+# target): every rule at supports 193 and 385, contexts 1024 (where the model's dense attention
+# answers 78% of trials) and 4092 (+ the question = the 4096 positions it was trained at).
+#
+#   docs/selectors/passkey_retrieval.sh [OUT_DIR]    (default docs/selectors/passkey-retrieval)
+#
+# Same seed, documents, depths and trials as tools/train_retrieval/evaluate.sh, so the dense
+# column equals that run's and every run here answers the same prompts. The first stage of
+# twostage and the sub-block count are per-run settings, hence three runs. Needs build/release
+# (amc-eval) and data/qwen2-retrieval.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+out=${1:-docs/selectors/passkey-retrieval}
+eval=build/release/examples/eval/amc-eval
+mapfile -t documents < <(/usr/bin/python3 tools/train_tiny/heldout_files.py)
+common=(--model data/qwen2-retrieval --text "${documents[@]}" --contexts 1024,4092
+        --depths 0.1,0.3,0.5,0.7,0.85 --trials 10 --supports 193,385)
+"$eval" passkey "${common[@]}" --selectors mean,bound,oracle,twostage \
+  --out "$out/mean-bound-oracle-two4"
+"$eval" passkey "${common[@]}" --selectors twostage --shortlist-score bound --out "$out/two4-bound"
+"$eval" passkey "${common[@]}" --selectors submean,twostage --shortlist-score submean \
+  --sub-blocks 8 --out "$out/sub8"
+echo "passkey_retrieval.sh: tables in $out/*/passkey.md"
