@@ -64,7 +64,7 @@ SNAPSHOT_EVERY = 250  # steps between kept copies of the training state
 # Step times on the project's idle machine (2 threads): 96 x 64 0.45 s (2 layers), then
 # 256 x 48 2.1 s, 512 x 24 2.4 s, 1024 x 12 3.2 s, 2048 x 6 5.0 s, 4096 x 3 8.3 s.
 #
-# Two recipes (--recipe; the state records which): v1 made data/qwen2-retrieval (2.6 hours
+# Two recipes (--recipe; the state records which): v1 made data/qwen2-retrieval (2.8 hours
 # with the probes; it retrieves over about 1000 positions, EXPERIMENTS.md); v2 is the second
 # run EXPERIMENTS.md proposes: Qwen2-0.5B's RoPE base (1e6) instead of data/qwen2-tiny's, and
 # the 2048 phase's time spent at 4096 from step 1600, where the learning rate is still about
