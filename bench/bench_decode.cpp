@@ -25,6 +25,7 @@
 
 #include "amc/amc.hpp"
 #include "amc/math/certified_bounds.hpp"
+#include "fma_peak.hpp"
 
 namespace {
 
@@ -468,6 +469,20 @@ void BM_MemoryLatency(benchmark::State& state) {
   }
 }
 
+/// The arithmetic ceiling of one core (fma_peak.hpp): lane FMAs per second on registers alone;
+/// bench/report divides dense decode's 2 x heads x head_dim FMAs per position by it.
+void BM_FmaPeak(benchmark::State& state) {
+  constexpr std::int64_t kRounds = 1 << 16;
+  std::int64_t fmas = 0;
+  float sink = 0.0f;
+  for (auto _ : state) {
+    fmas += amc::bench::fma_peak(kRounds, &sink);
+    benchmark::DoNotOptimize(sink);
+  }
+  state.SetItemsProcessed(fmas);
+  state.SetLabel(amc::bench::fma_peak_isa());
+}
+
 void BM_SummaryAppend(benchmark::State& state) {
   const std::int64_t capacity = 1 << 16;
   std::vector<bf16> keys(static_cast<std::size_t>(capacity * kHeadDim)), values(keys.size());
@@ -598,6 +613,9 @@ int main(int argc, char** argv) {
       ->Arg(16)
       ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("BM_MemoryLatency", BM_MemoryLatency)->Unit(benchmark::kNanosecond);
+  benchmark::RegisterBenchmark("BM_FmaPeak", BM_FmaPeak)
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("BM_SummaryAppend", BM_SummaryAppend)
       ->ArgName("summaries")
       ->Arg(0)

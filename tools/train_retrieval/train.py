@@ -15,6 +15,7 @@ Debian's python3-torch and, for speed, libopenblas0-pthread (see README.md here)
 """
 
 import argparse
+import collections
 import csv
 import importlib.util
 import json
@@ -61,41 +62,56 @@ SNAPSHOT_EVERY = 250  # steps between kept copies of the training state
 # The curriculum: (first step, context, sequences per step, mix of repeated strings / pure
 # copies / code with records and copies / plain code).
 # Step times on the project's idle machine (2 threads): 96 x 64 0.45 s (2 layers), then
-# 256 x 48 2.1 s, 512 x 24 2.4 s, 1024 x 12 3.2 s, 2048 x 6 5.0 s, 4096 x 3 8.3 s: 2.6 hours
-# in all with the probes.
-PHASES = [
+# 256 x 48 2.1 s, 512 x 24 2.4 s, 1024 x 12 3.2 s, 2048 x 6 5.0 s, 4096 x 3 8.3 s.
+#
+# Two recipes (--recipe; the state records which): v1 made data/qwen2-retrieval (2.8 hours
+# with the probes; it retrieves over about 1000 positions, EXPERIMENTS.md); v2 is the second
+# run EXPERIMENTS.md proposes: Qwen2-0.5B's RoPE base (1e6) instead of data/qwen2-tiny's, and
+# the 2048 phase's time spent at 4096 from step 1600, where the learning rate is still about
+# half its peak (about 2.7 hours).
+Recipe = collections.namedtuple("Recipe", "name rope_theta phases steps")
+_SHORT_PHASES = [
     (0, 96, 64, (0.75, 0.0, 0.0, 0.25)),
     (GROW_AT, 256, 48, (0.2, 0.3, 0.4, 0.1)),
     (GROW_AT + 300, 512, 24, (0.1, 0.1, 0.6, 0.2)),
     (GROW_AT + 700, 1024, 12, (0.0, 0.05, 0.6, 0.35)),
-    (GROW_AT + 1200, 2048, 6, (0.0, 0.0, 0.6, 0.4)),
-    (GROW_AT + 1700, 4096, 3, (0.0, 0.0, 0.6, 0.4)),
 ]
-STEPS = GROW_AT + 2100
+RECIPES = {
+    "v1": Recipe("v1", 1e4, _SHORT_PHASES + [
+        (GROW_AT + 1200, 2048, 6, (0.0, 0.0, 0.6, 0.4)),
+        (GROW_AT + 1700, 4096, 3, (0.0, 0.0, 0.6, 0.4)),
+    ], GROW_AT + 2100),
+    "v2": Recipe("v2", 1e6, _SHORT_PHASES + [
+        (GROW_AT + 1000, 4096, 3, (0.0, 0.0, 0.6, 0.4)),
+    ], GROW_AT + 1800),
+}
+# The recipe of this run, set once by main() from --recipe or the saved state.
+RECIPE = RECIPES["v1"]
 
 
 keep_freed_memory = tiny_train.keep_freed_memory
 
 
 def phase_at(step):
-    return [p for p in PHASES if p[0] <= step][-1]
+    return [p for p in RECIPE.phases if p[0] <= step][-1]
 
 
 def learning_rate(step, peak, warmup):
     """Before GROW_AT: a linear warm-up over `warmup` steps to SEED_LR, then SEED_LR. From
     GROW_AT (a fresh optimizer, without moments): a linear warm-up over REWARMUP steps to
-    `peak`, then a cosine to a tenth of it at STEPS."""
+    `peak`, then a cosine to a tenth of it at the recipe's last step."""
     if step < GROW_AT:
         return SEED_LR * min(1.0, (step + 1) / warmup)
     if step < GROW_AT + REWARMUP:
         return peak * (step - GROW_AT + 1) / REWARMUP
-    progress = (step - GROW_AT - REWARMUP) / max(1, STEPS - GROW_AT - REWARMUP)
+    progress = (step - GROW_AT - REWARMUP) / max(1, RECIPE.steps - GROW_AT - REWARMUP)
     return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 def new_model(layers=FINAL_CONFIG["num_hidden_layers"]):
     # Rotary angles as transformers computes them (float32), the convention amc defaults to.
-    config = TinyConfig(**{**FINAL_CONFIG, "num_hidden_layers": layers})
+    config = TinyConfig(**{**FINAL_CONFIG, "num_hidden_layers": layers,
+                           "rope_theta": RECIPE.rope_theta})
     return Qwen2Tiny(config, rope="transformers")
 
 
@@ -198,7 +214,7 @@ def new_optimizer(model, lr):
 def save_state(path, model, optimizer, step, rows, seconds):
     tmp = Path(str(path) + ".tmp")
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "step": step, "rows": rows, "seconds": seconds}, tmp)
+                "step": step, "rows": rows, "seconds": seconds, "recipe": RECIPE.name}, tmp)
     os.replace(tmp, path)
 
 
@@ -222,7 +238,7 @@ def train(args):
     probe_set = probes.ProbeSet(valid, seed=args.seed + 1)
     paused = PausedTime(args.state)
     start, last_save = time.time(), time.time()
-    end = args.stop_at or STEPS
+    end = args.stop_at or RECIPE.steps
     while step < end:
         if step == GROW_AT and len(model.layers) == SEED_LAYERS:
             model = grow(model, args.seed + GROW_AT)
@@ -250,13 +266,13 @@ def train(args):
         seconds = seconds_before + time.time() - start - paused.seconds()
         row = {"step": step, "context": context, "tokens": count * context,
                "train_loss": loss.item(), "lr": lr, "seconds": round(seconds, 1)}
-        if step % args.eval_every == 0 or step == STEPS:
+        if step % args.eval_every == 0 or step == RECIPE.steps:
             row.update(probe_set.measure(model, max_context=context))
         rows.append(row)
         if step % 10 == 0 or len(row) > 6:
             extra = " ".join(f"{k} {v:.3f}" for k, v in row.items() if k not in
                              ("step", "context", "tokens", "train_loss", "lr", "seconds"))
-            print(f"step {step}/{STEPS} ctx {context} loss {row['train_loss']:.4f} "
+            print(f"step {step}/{RECIPE.steps} ctx {context} loss {row['train_loss']:.4f} "
                   f"lr {lr:.2e} {seconds / 60:.1f} min {extra}", flush=True)
         if time.time() - last_save > args.save_every or step == end:
             save_state(state_path, model, optimizer, step, rows, seconds)
@@ -280,8 +296,9 @@ def write_curve(path, rows):
 
 def export(args):
     state = torch.load(args.state / "state.pt")
-    if state["step"] < STEPS:
-        sys.exit(f"train.py: the state in {args.state} is at step {state['step']} of {STEPS}; "
+    if state["step"] < RECIPE.steps:
+        sys.exit(f"train.py: the state in {args.state} is at step {state['step']} of "
+                 f"{RECIPE.steps}; "
                  f"finish training first")
     model = new_model()
     model.load_state_dict(state["model"])
@@ -299,10 +316,11 @@ def export(args):
     meta = {
         "corpus": f"{CORPUS_ROOT}/**/*.py (Debian 12 python3.11 standard library, PSF license)",
         "files": len(files), "train_tokens_available": stream.numel(),
-        "validation_tokens": valid.numel(), "parameters": params, "steps": STEPS,
+        "validation_tokens": valid.numel(), "parameters": params, "recipe": RECIPE.name,
+        "rope_theta": RECIPE.rope_theta, "steps": RECIPE.steps,
         "phases": [{"first_step": p[0], "context": p[1], "sequences": p[2],
                     "mix_repeats_pure_copies_code_with_inserts_plain_code": list(p[3])}
-                   for p in PHASES],
+                   for p in RECIPE.phases],
         "peak_lr": args.lr, "warmup": args.warmup, "logit_cap": args.logit_cap,
         "seed": args.seed, "threads": args.threads,
         "tokens_seen": sum(r["tokens"] for r in rows), "seconds": last["seconds"],
@@ -311,6 +329,22 @@ def export(args):
     }
     export_folder(model, out, valid, meta, description)
     print(json.dumps(meta, indent=2))
+
+
+def use_recipe(args):
+    """Sets RECIPE: the saved state's (states written before recipes existed are v1's), which
+    --recipe may name again but not change."""
+    global RECIPE
+    state_path = args.state / "state.pt"
+    saved = None
+    if state_path.exists():
+        saved = torch.load(state_path, map_location="cpu").get("recipe", "v1")
+    if saved and args.recipe and args.recipe != saved:
+        sys.exit(f"train.py: the state in {args.state} is recipe {saved}'s, not {args.recipe}'s; "
+                 f"use another --state")
+    RECIPE = RECIPES[args.recipe or saved or "v1"]
+    print(f"recipe {RECIPE.name}: RoPE base {RECIPE.rope_theta:g}, {RECIPE.steps} steps",
+          flush=True)
 
 
 def main():
@@ -329,7 +363,11 @@ def main():
     parser.add_argument("--save-every", type=float, default=300, help="seconds")
     parser.add_argument("--stop-at", type=int, default=0,
                         help="stop (saving the state) after this step, to resume later")
+    parser.add_argument("--recipe", choices=sorted(RECIPES),
+                        help="v1 (data/qwen2-retrieval's) or v2; default: the saved state's, "
+                             "else v1")
     args = parser.parse_args()
+    use_recipe(args)
     keep_freed_memory()
     torch.set_num_threads(args.threads)
     args.state.mkdir(parents=True, exist_ok=True)
