@@ -217,6 +217,39 @@ void BM_DenseDecode(benchmark::State& state) {
   state.counters["positions_read"] = static_cast<double>(kv.positions);
 }
 
+/// BM_DenseDecode<bf16> in AttentionArithmetic::bf16_products (AVX512_BF16; skipped where the
+/// mode is not available). Counters: the largest lse and output differences from exact_f32 on
+/// the first copy, over the 7 heads (output relative to the head's largest |output|).
+void BM_DenseDecodeBf16Products(benchmark::State& state) {
+  if (!bf16_products_available(StorageType::bf16, kHeadDim)) {
+    state.SkipWithError("bf16_products is not available on this CPU (no AVX512_BF16)");
+    return;
+  }
+  auto& kv = ring<bf16>(state.range(0));
+  const RowMatrix queries = group_queries();
+  RowMatrix out(kGroupHeads, kHeadDim), exact_out(kGroupHeads, kHeadDim);
+  std::vector<HeadResult> results(kGroupHeads), exact_results(kGroupHeads);
+  DenseDecode fast({}, AttentionArithmetic::bf16_products), exact;
+  const KvHead<KvView<bf16>> first{kv.view(0), nullptr};
+  fast.decode(queries, first, out, results);
+  exact.decode(queries, first, exact_out, exact_results);
+  double lse_error = 0.0, out_error = 0.0;
+  for (std::int64_t h = 0; h < kGroupHeads; ++h) {
+    const auto i = static_cast<std::size_t>(h);
+    lse_error = std::max(lse_error, std::abs(double{results[i].lse} - exact_results[i].lse));
+    const float difference = (out.row(h) - exact_out.row(h)).cwiseAbs().maxCoeff();
+    out_error = std::max(out_error, double{difference} / exact_out.row(h).cwiseAbs().maxCoeff());
+  }
+  for (auto _ : state) {
+    fast.decode(queries, KvHead<KvView<bf16>>{kv.view(kv.advance()), nullptr}, out, results);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * kv.positions * row_bytes<bf16>());
+  state.counters["positions_read"] = static_cast<double>(kv.positions);
+  state.counters["lse_error"] = lse_error;
+  state.counters["out_error"] = out_error;
+}
+
 template <KvStorage T>
 void BM_SparseDecode(benchmark::State& state) {
   auto& kv = ring<T>(state.range(0));
@@ -380,13 +413,19 @@ void BM_SupportRead(benchmark::State& state) {
 /// The same operators on one cache copy, read again and again: once it sits in L2/L3 this is
 /// the operators' compute cost alone, which together with the cold (ring) numbers separates
 /// arithmetic from memory time.
-template <KvStorage T, bool kSparse>
+template <KvStorage T, bool kSparse,
+          AttentionArithmetic kArithmetic = AttentionArithmetic::exact_f32>
 void BM_Hot(benchmark::State& state) {
+  if (kArithmetic == AttentionArithmetic::bf16_products &&
+      !bf16_products_available(storage_type_of<T>, kHeadDim)) {
+    state.SkipWithError("bf16_products is not available on this CPU (no AVX512_BF16)");
+    return;
+  }
   auto& kv = ring<T>(state.range(0));
   const RowMatrix queries = group_queries();
   RowMatrix out(kGroupHeads, kHeadDim);
   std::vector<HeadResult> results(kGroupHeads);
-  DenseDecode dense;
+  DenseDecode dense({}, kArithmetic);
   BlockSparseDecode<> sparse(sparse_config());
   const KvHead<KvView<T>> head{kv.view(0), &kv.summaries[0]};
   for (auto _ : state) {
@@ -564,6 +603,12 @@ void register_contexts(const std::string& suffix) {
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
     }
+    if constexpr (std::is_same_v<T, bf16>) {
+      benchmark::RegisterBenchmark("BM_DenseDecodeBf16Products", BM_DenseDecodeBf16Products)
+          ->Arg(n)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
     for (auto [name, fn] :
          {std::pair{"BM_SparseDecode", &BM_SparseDecode<T>}, std::pair{"BM_Select", &BM_Select<T>},
           std::pair{"BM_SupportRead", &BM_SupportRead<T>},
@@ -598,6 +643,9 @@ int main(int argc, char** argv) {
   register_contexts<float>("_f32");
   for (auto [name, fn, n] : {std::tuple{"BM_DenseDecodeHot", &BM_Hot<amc::bf16, false>, 2048},
                              std::tuple{"BM_DenseDecodeHot_f32", &BM_Hot<float, false>, 2048},
+                             std::tuple{"BM_DenseDecodeHotBf16Products",
+                                        &BM_Hot<amc::bf16, false, AttentionArithmetic::bf16_products>,
+                                        2048},
                              std::tuple{"BM_SparseDecodeHot", &BM_Hot<amc::bf16, true>, 16384}}) {
     benchmark::RegisterBenchmark(name, fn)->Arg(n)->UseRealTime()->Unit(benchmark::kMicrosecond);
   }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "amc/aligned.hpp"
+#include "amc/attention/arithmetic.hpp"
 #include "amc/attention/block_summaries.hpp"
 #include "amc/attention/decode.hpp"
 #include "amc/attention/layer_decode.hpp"

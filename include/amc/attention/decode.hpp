@@ -18,6 +18,7 @@
 
 #include "amc/aligned.hpp"
 #include "amc/attention/adaptive_selection.hpp"
+#include "amc/attention/arithmetic.hpp"
 #include "amc/attention/block_summaries.hpp"
 #include "amc/attention/selectors.hpp"
 #include "amc/attention/softmax_state.hpp"
@@ -127,12 +128,18 @@ void touch_range_start(const View& kv, const PositionRange& range) {
 #endif
 }
 
-/// Folds the ranges of `support` into heads [first_head, first_head + count) of ws.state.
+/// Folds the ranges of `support` into heads [first_head, first_head + count) of ws.state, in
+/// `arithmetic` where available (bf16_products_available), else exact f32.
 template <KvViewLike View>
 void attend_support(const View& kv, std::span<const PositionRange> ranges, std::int64_t first_head,
-                    std::int64_t count, DecodeWorkspace& ws) {
+                    std::int64_t count, DecodeWorkspace& ws,
+                    AttentionArithmetic arithmetic = AttentionArithmetic::exact_f32) {
   using T = typename View::value_type;
-  const auto attend = kernels::active().attend[kernels::index_of(storage_type_of<T>)];
+  const kernels::KernelTable& table = kernels::active();
+  auto attend = table.attend[kernels::index_of(storage_type_of<T>)];
+  if (arithmetic == AttentionArithmetic::bf16_products &&
+      bf16_products_available(storage_type_of<T>, kv.head_dim()))
+    attend = table.attend_bf16_products;
   kernels::AttendArgs args = ws.state.attend_args(first_head, count);
   args.queries = ws.scaled_queries.data() + first_head * kv.head_dim();
   args.key_stride = kv.key_stride();
@@ -204,11 +211,21 @@ void decode_support(const ConstMatrixRef& queries, const View& kv, const Support
 /// Dense decode: every query head of the group over every cached position.
 class DenseDecode {
  public:
-  /// \param scale attention scale c; unset means 1/sqrt(head_dim)
-  explicit DenseDecode(std::optional<float> scale = {}) : scale_(scale) {
+  /// \param scale      attention scale c; unset means 1/sqrt(head_dim)
+  /// \param arithmetic exact_f32 (default) or the opt-in bf16_products (arithmetic.hpp), which
+  ///                   runs where bf16_products_available() and falls back to exact_f32 elsewhere
+  explicit DenseDecode(std::optional<float> scale = {},
+                       AttentionArithmetic arithmetic = AttentionArithmetic::exact_f32)
+      : scale_(scale), arithmetic_(arithmetic) {
     AMC_CHECK(!scale || (*scale > 0.0f && std::isfinite(*scale)), "amc::DenseDecode",
               "scale must be positive and finite, got ", scale ? *scale : 0.0f);
+    AMC_CHECK(arithmetic == AttentionArithmetic::exact_f32 ||
+                  arithmetic == AttentionArithmetic::bf16_products,
+              "amc::DenseDecode", "arithmetic has no AttentionArithmetic value (",
+              static_cast<int>(arithmetic), ")");
   }
+
+  AttentionArithmetic arithmetic() const { return arithmetic_; }
 
   /// \param queries [heads, head_dim] f32
   /// \param head    the KV head (summaries unused)
@@ -220,13 +237,15 @@ class DenseDecode {
     detail::check_decode_shapes("amc::DenseDecode::decode", queries, head.kv, out, results);
     workspace_.prepare(queries, detail::resolve_scale(scale_, head.kv.head_dim()));
     const PositionRange all{0, head.kv.positions()};
-    detail::attend_support(head.kv, std::span(&all, 1), 0, queries.rows(), workspace_);
+    detail::attend_support(head.kv, std::span(&all, 1), 0, queries.rows(), workspace_,
+                           arithmetic_);
     for (std::int64_t h = 0; h < queries.rows(); ++h)
       detail::finish(workspace_, h, all.size(), out, results);
   }
 
  private:
   std::optional<float> scale_;
+  AttentionArithmetic arithmetic_ = AttentionArithmetic::exact_f32;
   detail::DecodeWorkspace workspace_;
 };
 

@@ -22,12 +22,14 @@ namespace amc::kernels {
 /// clearly better: docs/performance.md).
 inline constexpr std::int64_t kAttendChunk = 32;
 
-/// Floats of scratch that `attend` needs for `heads` query heads of width `head_dim`: the
-/// chunk's scores [heads, kAttendChunk], one chunk of rows converted to f32
-/// [kAttendChunk, head_dim] (8 KiB at head_dim 64, so it stays in L1) and one rescale factor
-/// per head.
+/// Floats of scratch that `attend` and `attend_bf16_products` need for `heads` query heads of
+/// width `head_dim`: the chunk's scores [heads, kAttendChunk], one chunk of rows converted to
+/// f32 [kAttendChunk, head_dim] (8 KiB at head_dim 64, so it stays in L1) and one rescale factor
+/// per head; then, for attend_bf16_products, the query in bf16 [heads, head_dim] and the chunk's
+/// weights in bf16 [heads, kAttendChunk] (half a float each).
 constexpr std::int64_t attend_scratch_floats(std::int64_t heads, std::int64_t head_dim) {
-  return heads * kAttendChunk + kAttendChunk * head_dim + heads;
+  return heads * kAttendChunk + kAttendChunk * head_dim + heads +
+         (heads * (head_dim + kAttendChunk) + 1) / 2;
 }
 
 /// One run of rows for the fused online-softmax attention kernel.
@@ -46,7 +48,8 @@ struct AttendArgs {
   float* scratch = nullptr;      ///< attend_scratch_floats(heads, head_dim) floats
 };
 
-/// Function pointers of one instruction set. All pointers are non-null.
+/// Function pointers of one instruction set. All pointers are non-null except
+/// attend_bf16_products.
 struct KernelTable {
   std::string_view name;  ///< "scalar", "sse2", "avx2", "avx512"
   int f32_lanes = 1;      ///< floats per vector register
@@ -71,6 +74,11 @@ struct KernelTable {
 
   /// Online-softmax update of `heads` states over `rows` key/value rows (see AttendArgs).
   void (*attend[kStorageTypes])(const AttendArgs& args) = {};
+  /// The same update over bf16 keys and values with AVX512_BF16 dot products: the query and the
+  /// softmax weights rounded to bf16, products summed in f32 (AttentionArithmetic::bf16_products,
+  /// amc/attention/arithmetic.hpp). head_dim must be a multiple of 32. Null unless this is the
+  /// avx512 table and the CPU has AVX512_BF16.
+  void (*attend_bf16_products)(const AttendArgs& args) = nullptr;
   /// out[h * out_stride + r] = <queries[h], rows[r]> for h < heads, r < count.
   void (*score_rows[kStorageTypes])(const float* queries, std::int64_t heads, std::int64_t head_dim,
                                     const void* rows, std::ptrdiff_t row_stride, std::int64_t count,
