@@ -641,12 +641,12 @@ void register_contexts(const std::string& suffix) {
 int main(int argc, char** argv) {
   register_contexts<amc::bf16>("");
   register_contexts<float>("_f32");
-  for (auto [name, fn, n] : {std::tuple{"BM_DenseDecodeHot", &BM_Hot<amc::bf16, false>, 2048},
-                             std::tuple{"BM_DenseDecodeHot_f32", &BM_Hot<float, false>, 2048},
-                             std::tuple{"BM_DenseDecodeHotBf16Products",
-                                        &BM_Hot<amc::bf16, false, AttentionArithmetic::bf16_products>,
-                                        2048},
-                             std::tuple{"BM_SparseDecodeHot", &BM_Hot<amc::bf16, true>, 16384}}) {
+  for (auto [name, fn, n] :
+       {std::tuple{"BM_DenseDecodeHot", &BM_Hot<amc::bf16, false>, 2048},
+        std::tuple{"BM_DenseDecodeHot_f32", &BM_Hot<float, false>, 2048},
+        std::tuple{"BM_DenseDecodeHotBf16Products",
+                   &BM_Hot<amc::bf16, false, AttentionArithmetic::bf16_products>, 2048},
+        std::tuple{"BM_SparseDecodeHot", &BM_Hot<amc::bf16, true>, 16384}}) {
     benchmark::RegisterBenchmark(name, fn)->Arg(n)->UseRealTime()->Unit(benchmark::kMicrosecond);
   }
   for (const std::int64_t n : {16384, 131072}) {

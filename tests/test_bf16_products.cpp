@@ -64,10 +64,10 @@ void check_head(const test::TestCache<bf16>& cache, const float* query, const fl
     rounded[static_cast<std::size_t>(i)] = round_to_bf16(scaled[static_cast<std::size_t>(i)]);
   }
   const auto positions = cache.all_positions();
-  const auto exact = test::reference_attention(query, d, cache.keys_f, cache.values_f,
-                                               cache.stride, positions, scale);
-  const auto of_rounded = test::reference_attention(rounded.data(), d, cache.keys_f,
-                                                    cache.values_f, cache.stride, positions, 1.0);
+  const auto exact = test::reference_attention(query, d, cache.keys_f, cache.values_f, cache.stride,
+                                               positions, scale);
+  const auto of_rounded = test::reference_attention(rounded.data(), d, cache.keys_f, cache.values_f,
+                                                    cache.stride, positions, 1.0);
   // delta: the largest error of a score from the query's rounding, sum_i 2^-8 |q_i k_ji|, and
   // sigma: the largest f32 error of a score (a sum of d products).
   double delta = 0.0, sigma = 0.0;
@@ -195,6 +195,7 @@ TEST_CASE("AttentionArithmetic names and bad values", "[bf16_products]") {
     REQUIRE(parse_attention_arithmetic(to_string(a)) == a);
   REQUIRE_THROWS_WITH(parse_attention_arithmetic("bf16"),
                       AMC_CONTAINS("amc::parse_attention_arithmetic: arithmetic 'bf16'"));
-  REQUIRE_THROWS_WITH(DenseDecode({}, static_cast<AttentionArithmetic>(7)),
-                      AMC_CONTAINS("amc::DenseDecode: arithmetic has no AttentionArithmetic value (7)"));
+  REQUIRE_THROWS_WITH(
+      DenseDecode({}, static_cast<AttentionArithmetic>(7)),
+      AMC_CONTAINS("amc::DenseDecode: arithmetic has no AttentionArithmetic value (7)"));
 }

@@ -23,6 +23,7 @@ from ._amc import (  # noqa: F401  (re-exported)
     SparseConfig,
     SparseDecoder,
     attention_error_keeps_token,
+    bf16_products_available,
     build_summaries,
     greedy_token_kept,
     kernels,
@@ -56,6 +57,7 @@ __all__ = [
     "SparseDecoder",
     "analyse",
     "attention_error_keeps_token",
+    "bf16_products_available",
     "build_summaries",
     "dense_decode",
     "greedy_token_kept",
@@ -77,13 +79,16 @@ __all__ = [
 ]
 
 
-def dense_decode(q, k, v, *, scale: Optional[float] = None) -> DecodeResult:
+def dense_decode(q, k, v, *, scale: Optional[float] = None,
+                 arithmetic: str = "exact_f32") -> DecodeResult:
     """Dense decode attention of every query head over every position.
 
     q [query heads, head_dim], k and v [KV heads, n, head_dim]; scale defaults to
-    1/sqrt(head_dim). For repeated calls keep an amc.DenseDecoder (scratch and threads reused).
+    1/sqrt(head_dim). arithmetic "bf16_products" opts into AVX512_BF16 dot products (query and
+    weights rounded to bf16; docs/operators.md) where amc.bf16_products_available() says so.
+    For repeated calls keep an amc.DenseDecoder (scratch and threads reused).
     """
-    return DenseDecoder(scale).decode(q, k, v)
+    return DenseDecoder(scale, arithmetic=arithmetic).decode(q, k, v)
 
 
 def sparse_decode(q, k, v, config: Optional[SparseConfig] = None, *, summaries=None,

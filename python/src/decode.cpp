@@ -73,8 +73,8 @@ DecodeResult start_result(const F32Rows& q) {
 /// thread pool kept between calls.
 class DenseDecoder {
  public:
-  DenseDecoder(std::optional<float> scale, int threads)
-      : scale_(scale), layer_(DenseDecode(scale), threads) {}
+  DenseDecoder(std::optional<float> scale, int threads, AttentionArithmetic arithmetic)
+      : scale_(scale), arithmetic_(arithmetic), layer_(DenseDecode(scale, arithmetic), threads) {}
 
   DecodeResult decode(py::handle q_obj, py::handle k_obj, py::handle v_obj) {
     constexpr const char* fn = "amc.dense_decode";
@@ -114,9 +114,11 @@ class DenseDecoder {
 
   std::optional<float> scale() const { return scale_; }
   int threads() const { return layer_.threads(); }
+  std::string arithmetic() const { return std::string(to_string(arithmetic_)); }
 
  private:
   std::optional<float> scale_;
+  AttentionArithmetic arithmetic_;
   LayerDecode<DenseDecode> layer_;
 };
 
@@ -279,13 +281,20 @@ void bind_decode(py::module_& m) {
   py::class_<DenseDecoder>(m, "DenseDecoder",
                            "Dense decode of every GQA group of a layer; keeps its scratch and "
                            "threads between calls.")
-      .def(py::init<std::optional<float>, int>(), py::arg("scale") = py::none(),
-           py::arg("threads") = 1)
+      .def(py::init([](std::optional<float> scale, int threads, const std::string& arithmetic) {
+             return std::make_unique<DenseDecoder>(scale, threads,
+                                                   parse_attention_arithmetic(arithmetic));
+           }),
+           py::arg("scale") = py::none(), py::arg("threads") = 1,
+           py::arg("arithmetic") = "exact_f32",
+           "arithmetic: 'exact_f32' (default) or the opt-in 'bf16_products' (AVX512_BF16 dot "
+           "products on bf16 KV; exact_f32 where amc.bf16_products_available() is false)")
       .def("decode", &DenseDecoder::decode, py::arg("q"), py::arg("k"), py::arg("v"))
       .def("time_decode", &DenseDecoder::time_decode, py::arg("q"), py::arg("k"), py::arg("v"),
            py::arg("iterations"))
       .def_property_readonly("scale", &DenseDecoder::scale)
-      .def_property_readonly("threads", &DenseDecoder::threads);
+      .def_property_readonly("threads", &DenseDecoder::threads)
+      .def_property_readonly("arithmetic", &DenseDecoder::arithmetic);
 
   py::class_<SparseDecoder>(m, "SparseDecoder",
                             "Block-sparse decode of every GQA group of a layer.")

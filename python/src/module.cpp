@@ -50,6 +50,15 @@ PYBIND11_MODULE(_amc, m) {
   m.def(
       "kernels", [] { return std::string(kernels::active().name); },
       "The SIMD kernel table in use (scalar, sse2, avx2, avx512).");
+  m.def(
+      "bf16_products_available",
+      [](const std::string& dtype, std::int64_t head_dim) {
+        return bf16_products_available(parse_storage_type(dtype), head_dim);
+      },
+      py::arg("dtype"), py::arg("head_dim"),
+      "Whether DenseDecoder(arithmetic='bf16_products') runs as such for KV of this dtype "
+      "('f32', 'bf16', 'f16') and head_dim here (AVX512_BF16, bf16 KV, head_dim a multiple of "
+      "32); elsewhere it runs exact_f32.");
   bind_safetensors(m);
   m.def("_inspect_input", &inspect_input, "What the module reads for x: address, dtype, ...");
 }

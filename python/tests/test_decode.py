@@ -44,6 +44,44 @@ def test_dense_half_types_read_as_stored(rng, dtype):
                 1 / math.sqrt(32), 2e-5)
 
 
+def test_bf16_products_within_its_bound_or_exact_where_unavailable(rng):
+    """arithmetic="bf16_products" rounds the scaled query and the weights to bf16: the lse errs
+    by at most delta = max_j 2^-8 sum_i |c q_i k_ji| and each output channel by
+    (exp(2 delta)(1 + 2^-8) - 1) sum_j w_j |v_j| (docs/operators.md; f32 rounding added)."""
+    q, k, v = random_qkv(rng, query_heads=8, kv_heads=2, n=300, d=64)
+    kt, vt = torch.from_numpy(k).to(torch.bfloat16), torch.from_numpy(v).to(torch.bfloat16)
+    exact = amc.dense_decode(q, kt, vt)
+    decoder = amc.DenseDecoder(arithmetic="bf16_products", threads=2)
+    assert decoder.arithmetic == "bf16_products"
+    fast = decoder.decode(q, kt, vt)
+    if not amc.bf16_products_available("bf16", 64):
+        np.testing.assert_array_equal(fast.output, exact.output)
+        np.testing.assert_array_equal(fast.lse, exact.lse)
+        pytest.skip("no AVX512_BF16 here: bf16_products ran exact_f32 (checked bit for bit)")
+    kd, vd, c = kt.double().numpy(), vt.double().numpy(), 1 / math.sqrt(64)
+    assert not np.array_equal(fast.output, exact.output)  # the mode really ran
+    for h in range(8):
+        ref, lse = softmax_attention(q[h], kd[h // 4], vd[h // 4], c)
+        delta = 2.0 ** -8 * (np.abs(c * q[h].astype(np.float64)) * np.abs(kd[h // 4])).sum(1).max()
+        f32 = (300 + 64) * 2.0 ** -24  # f32 rounding of the sums over n = 300 positions
+        assert abs(fast.lse[h] - lse) <= delta + f32 * (1 + abs(lse))
+        s = kd[h // 4] @ (c * q[h].astype(np.float64))
+        w = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+        magnitude = (w[:, None] * np.abs(vd[h // 4])).sum(0).max()
+        bound = (math.exp(2 * (delta + f32)) * (1 + 2.0 ** -8) - 1 + f32) * magnitude
+        assert np.abs(fast.output[h] - ref).max() <= bound
+
+
+def test_bf16_products_names_and_availability():
+    assert amc.DenseDecoder().arithmetic == "exact_f32"
+    with pytest.raises(amc.Error, match="arithmetic 'bf16'"):
+        amc.DenseDecoder(arithmetic="bf16")
+    assert not amc.bf16_products_available("f32", 64)
+    assert not amc.bf16_products_available("bf16", 48)
+    with pytest.raises(amc.Error, match="unknown storage type 'fp8'"):
+        amc.bf16_products_available("fp8", 64)
+
+
 def test_numpy_float16_and_threads(rng):
     q, k, v = random_qkv(rng, query_heads=8, kv_heads=4, d=16)
     result = amc.DenseDecoder(threads=2).decode(q, k.astype(np.float16), v.astype(np.float16))

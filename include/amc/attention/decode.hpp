@@ -237,8 +237,7 @@ class DenseDecode {
     detail::check_decode_shapes("amc::DenseDecode::decode", queries, head.kv, out, results);
     workspace_.prepare(queries, detail::resolve_scale(scale_, head.kv.head_dim()));
     const PositionRange all{0, head.kv.positions()};
-    detail::attend_support(head.kv, std::span(&all, 1), 0, queries.rows(), workspace_,
-                           arithmetic_);
+    detail::attend_support(head.kv, std::span(&all, 1), 0, queries.rows(), workspace_, arithmetic_);
     for (std::int64_t h = 0; h < queries.rows(); ++h)
       detail::finish(workspace_, h, all.size(), out, results);
   }
