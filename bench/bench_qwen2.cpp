@@ -270,8 +270,11 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  auto long_session = [&](std::int64_t n, bool sparse, amc::SelectionScope scope) {
+  auto long_session = [&](std::int64_t n, bool sparse, amc::SelectionScope scope,
+                          amc::AttentionArithmetic arithmetic =
+                              amc::AttentionArithmetic::exact_f32) {
     SessionOptions o = dense_options;
+    o.dense_arithmetic = arithmetic;
     if (sparse) {
       o.attention = AttentionMode::sparse;
       o.sparse = perf_config(scope);
@@ -330,6 +333,27 @@ int main(int argc, char** argv) {
           median(group_speedups), n == 65536 ? "1.5x" : "2x", median(head_rates),
           median(head_speedups));
       std::fflush(stdout);
+    }
+    // Dense decode in bf16_products against exact_f32, interleaved (a bf16 cache with
+    // AVX512_BF16 only: elsewhere the mode would run exact_f32).
+    if (amc::bf16_products_available(auto_kv_dtype(checkpoint), cfg.head_dim)) {
+      for (const std::int64_t n : {65536, 131072}) {
+        const auto exact = long_session(n, false, amc::SelectionScope::per_group);
+        const auto fast = long_session(n, false, amc::SelectionScope::per_group,
+                                       amc::AttentionArithmetic::bf16_products);
+        std::vector<double> exact_rates, fast_rates, speedups;
+        for (int r = 0; r < rounds; ++r) {
+          const double e = 1.0 / decode_seconds(*exact, steps);
+          const double f = 1.0 / decode_seconds(*fast, steps);
+          exact_rates.push_back(e);
+          fast_rates.push_back(f);
+          speedups.push_back(f / e);
+        }
+        std::printf("decode at %lldK, dense: exact_f32 %.2f tokens/s; bf16_products %.2f (%.2fx)\n",
+                    static_cast<long long>(n / 1024), median(exact_rates), median(fast_rates),
+                    median(speedups));
+        std::fflush(stdout);
+      }
     }
   }
   return 0;

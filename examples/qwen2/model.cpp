@@ -175,7 +175,10 @@ struct Session::Impl {
       sparse.assign(static_cast<std::size_t>(kv_heads), BlockSparseDecode<>(options.sparse));
     }
     if (options.attention == AttentionMode::dense || options.retained_mass) {
-      dense.assign(static_cast<std::size_t>(kv_heads), DenseDecode());
+      const AttentionArithmetic arithmetic = options.attention == AttentionMode::dense
+                                                 ? options.dense_arithmetic
+                                                 : AttentionArithmetic::exact_f32;
+      dense.assign(static_cast<std::size_t>(kv_heads), DenseDecode({}, arithmetic));
     }
   }
 

@@ -58,6 +58,10 @@ struct SessionOptions {
   int threads = 1;
   /// Sparse decode also runs dense attention, to report the retained mass exp(L_S - L_all).
   bool retained_mass = false;
+  /// Arithmetic of dense decode attention (attention == dense): exact_f32, or the opt-in
+  /// bf16_products (amc/attention/arithmetic.hpp: AVX512_BF16 on a bf16 cache, else exact_f32).
+  /// The dense pass of retained mass is always exact_f32.
+  AttentionArithmetic dense_arithmetic = AttentionArithmetic::exact_f32;
   /// KV cache storage, bf16 or f32; nullopt ("auto") is the checkpoint's: auto_kv_dtype().
   /// Session::options() holds the resolved value.
   std::optional<StorageType> kv_dtype;
