@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -560,6 +561,70 @@ TEST_CASE("the layer observer sees every layer's queries, outputs and supports",
   const StepStats& stats = session.decode(7, logits);
   CHECK(layers == std::vector<std::int64_t>{0, 1});
   CHECK(masses == stats.retained_mass);
+}
+
+TEST_CASE("dense_arithmetic reaches the dense operators; the retained-mass pass stays exact",
+          "[qwen2]") {
+  TempDir dir("bf16_products");
+  write_synthetic_checkpoint(dir.path(), amc::qwen2::test::wide_spec(amc::StorageType::bf16));
+  const Checkpoint checkpoint = Checkpoint::load(dir.path());
+  const Config& cfg = checkpoint.config();
+  const std::int64_t head_dim = cfg.head_dim;
+  const std::vector<std::int32_t> prompt = prompt_ids(40, cfg.vocab_size);
+  constexpr auto kFast = amc::AttentionArithmetic::bf16_products;
+
+  // Every layer's attention output is what DenseDecode in that arithmetic gives over the
+  // session's cache, bit for bit.
+  SessionOptions o;
+  o.dense_arithmetic = kFast;
+  const Session* session = nullptr;
+  std::int64_t groups_checked = 0;
+  o.on_layer = [&](const LayerAttention& a) {
+    amc::DenseDecode op({}, kFast);
+    for (std::int64_t g = 0; g < cfg.num_key_value_heads; ++g) {
+      const Eigen::Map<const amc::RowMatrix> queries(a.queries + g * a.group * head_dim, a.group,
+                                                     head_dim);
+      amc::RowMatrix out(a.group, head_dim);
+      std::vector<amc::HeadResult> results(static_cast<std::size_t>(a.group));
+      op.decode(queries,
+                amc::KvHead<amc::KvView<amc::bf16>>{
+                    session->cache().view<amc::bf16>(a.layer, g, a.positions), nullptr},
+                out, results);
+      REQUIRE(std::memcmp(out.data(), a.output + g * a.group * head_dim,
+                          sizeof(float) * static_cast<std::size_t>(out.size())) == 0);
+      ++groups_checked;
+    }
+  };
+  Session fast(checkpoint, o);
+  session = &fast;
+  std::vector<float> logits(static_cast<std::size_t>(cfg.vocab_size));
+  fast.prefill(prompt, logits);
+  fast.decode(7, logits);
+  CHECK(groups_checked == cfg.num_hidden_layers * cfg.num_key_value_heads);
+
+  const Run exact_run = greedy(checkpoint, SessionOptions{}, prompt, 4);
+  SessionOptions fast_options;
+  fast_options.dense_arithmetic = kFast;
+  const Run fast_run = greedy(checkpoint, fast_options, prompt, 4);
+  if (amc::bf16_products_available(amc::StorageType::bf16, head_dim)) {
+    CHECK(fast_run.logits != exact_run.logits);  // the mode ran (prefill logits are the same)
+  } else {
+    WARN("no AVX512_BF16 here: bf16_products runs exact_f32");
+    CHECK(fast_run.logits == exact_run.logits);
+  }
+
+  // Sparse decode with retained mass: the dense pass stays exact_f32 whatever dense_arithmetic.
+  amc::SparseConfig config;
+  config.block_size = 4;
+  config.top_k = 2;
+  config.window = 8;
+  SessionOptions with_mass = sparse_options(config);
+  with_mass.retained_mass = true;
+  const Run exact_mass = greedy(checkpoint, with_mass, prompt, 4);
+  with_mass.dense_arithmetic = kFast;
+  const Run fast_mass = greedy(checkpoint, with_mass, prompt, 4);
+  CHECK(fast_mass.min_mass == exact_mass.min_mass);
+  CHECK(fast_mass.logits == exact_mass.logits);
 }
 
 namespace {
