@@ -30,6 +30,11 @@ class LayerDecode {
 
   int threads() const { return pool_.threads(); }
 
+  /// The pool the layer runs on. A caller with other parallel work between calls (a model's
+  /// projections) can run it here, so that the workers are spinning, not asleep, when the next
+  /// call starts (they sleep after about 1 ms without work: parallel.hpp).
+  ThreadPool& pool() { return pool_; }
+
   /// The operator that ran KV head `kv_head` at the last call (for its supports and scores).
   const Op& group_operator(std::int64_t kv_head) const {
     return operators_[static_cast<std::size_t>(kv_head)];
