@@ -41,10 +41,6 @@ struct Bf16Products {
   static constexpr std::int64_t kPair = 32;  ///< bf16 elements per VDPBF16PS operand
   static constexpr std::int64_t kHeadGroup = 8;
 
-  AMC_BF16_PRODUCTS_TARGET static __m512bh load_pairs(const void* p) {
-    return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
-  }
-
   /// 32 f32 to 32 bf16 (round to nearest even): element i of the result is x[i].
   AMC_BF16_PRODUCTS_TARGET static __m512bh round_to_bf16(const float* x) {
     // cvtne2ps_pbh(a, b) puts b in the low half and a in the high half.
