@@ -22,9 +22,10 @@ namespace amc {
 ///   sums, the running max and the normaliser stay f32. A score then errs by at most
 ///   2^-8 sum_i |q_i k_i| (plus f32 rounding), the lse by the largest such error, and an output
 ///   channel by (exp(2 delta)(1 + 2^-8) - 1) sum_j w_j |v_j| with delta that largest score
-///   error (docs/performance.md, "bf16 products", has measured errors). Subnormal inputs and
-///   results are flushed to zero. About twice the arithmetic rate of exact_f32; where it is
-///   not available (no AVX512_BF16, another kernel table, keys not bf16, head_dim not a multiple
+///   error. Subnormal inputs and results are flushed to zero. Twice the multiply-adds per
+///   instruction of exact_f32; measured 1.5x faster on cached KV and 1.1-1.25x on KV streamed
+///   from memory, where the memory time dominates (docs/performance.md, "Dense decode in
+///   bf16_products", with measured errors). Where it is not available (no AVX512_BF16, another kernel table, keys not bf16, head_dim not a multiple
 ///   of 32) the operator runs exact_f32 instead, which bf16_products_available() tells in
 ///   advance.
 enum class AttentionArithmetic : std::uint8_t { exact_f32, bf16_products };
