@@ -25,9 +25,9 @@ namespace amc {
 ///   error. Subnormal inputs and results are flushed to zero. Twice the multiply-adds per
 ///   instruction of exact_f32; measured 1.5x faster on cached KV and 1.1-1.25x on KV streamed
 ///   from memory, where the memory time dominates (docs/performance.md, "Dense decode in
-///   bf16_products", with measured errors). Where it is not available (no AVX512_BF16, another kernel table, keys not bf16, head_dim not a multiple
-///   of 32) the operator runs exact_f32 instead, which bf16_products_available() tells in
-///   advance.
+///   bf16_products", with measured errors). Where it is not available (no AVX512_BF16, another
+///   kernel table, keys not bf16, head_dim not a multiple of 32) the operator runs exact_f32
+///   instead, which bf16_products_available() tells in advance.
 enum class AttentionArithmetic : std::uint8_t { exact_f32, bf16_products };
 
 constexpr std::string_view to_string(AttentionArithmetic arithmetic) {
