@@ -38,8 +38,8 @@ inline bool cpu_has_avx512_bf16() {
 
 struct Bf16Products {
   using Arch = xsimd::avx512bw;
-  static constexpr std::int64_t kPair = 32;  ///< bf16 elements per VDPBF16PS operand
-  static constexpr std::int64_t kHeadGroup = 8;
+  static constexpr std::int64_t kPair = 32;      ///< bf16 elements per VDPBF16PS operand
+  static constexpr std::int64_t kHeadGroup = 8;  ///< heads per pass (the tables below list 8)
 
   /// 32 f32 to 32 bf16 (round to nearest even): element i of the result is x[i].
   AMC_BF16_PRODUCTS_TARGET static __m512bh round_to_bf16(const float* x) {
@@ -124,6 +124,13 @@ struct Bf16Products {
     for (int h = 0; h < kHeads; ++h) _mm512_mask_storeu_ps(scores + h * kAttendChunk, live, acc[h]);
   }
 
+  /// score_group for 1 to kHeadGroup heads, by head count - 1: one register per head makes the
+  /// count a template parameter, and this picks the instantiation for a run-time count.
+  template <std::int64_t kDim>
+  static constexpr decltype(&score_group<1, kDim>) kScoreGroup[kHeadGroup] = {
+      &score_group<1, kDim>, &score_group<2, kDim>, &score_group<3, kDim>, &score_group<4, kDim>,
+      &score_group<5, kDim>, &score_group<6, kDim>, &score_group<7, kDim>, &score_group<8, kDim>};
+
   template <std::int64_t kDim>
   AMC_BF16_PRODUCTS_TARGET static void score_heads(const std::uint32_t* words, std::int64_t heads,
                                                    std::int64_t head_dim, const bf16* rows,
@@ -132,32 +139,8 @@ struct Bf16Products {
     for (std::int64_t h0 = 0; h0 < heads; h0 += kHeadGroup) {
       const std::uint32_t* w = words + h0 * head_dim / 2;
       float* out = scores + h0 * kAttendChunk;
-      switch (std::min(kHeadGroup, heads - h0)) {
-        case 1:
-          score_group<1, kDim>(w, head_dim, rows, stride, group, out);
-          break;
-        case 2:
-          score_group<2, kDim>(w, head_dim, rows, stride, group, out);
-          break;
-        case 3:
-          score_group<3, kDim>(w, head_dim, rows, stride, group, out);
-          break;
-        case 4:
-          score_group<4, kDim>(w, head_dim, rows, stride, group, out);
-          break;
-        case 5:
-          score_group<5, kDim>(w, head_dim, rows, stride, group, out);
-          break;
-        case 6:
-          score_group<6, kDim>(w, head_dim, rows, stride, group, out);
-          break;
-        case 7:
-          score_group<7, kDim>(w, head_dim, rows, stride, group, out);
-          break;
-        default:
-          score_group<8, kDim>(w, head_dim, rows, stride, group, out);
-          break;
-      }
+      kScoreGroup<kDim>[std::min(kHeadGroup, heads - h0) - 1](w, head_dim, rows, stride, group,
+                                                              out);
     }
   }
 
@@ -228,6 +211,11 @@ struct Bf16Products {
     }
   }
 
+  /// accumulate_values for 1 to kHeadGroup heads, by head count - 1 (as kScoreGroup).
+  static constexpr decltype(&accumulate_values<1>) kAccumulateValues[kHeadGroup] = {
+      &accumulate_values<1>, &accumulate_values<2>, &accumulate_values<3>, &accumulate_values<4>,
+      &accumulate_values<5>, &accumulate_values<6>, &accumulate_values<7>, &accumulate_values<8>};
+
   AMC_BF16_PRODUCTS_TARGET static void accumulate_values_any(
       std::int64_t heads, const std::uint32_t* pairs, const float* rescale, const bf16* values,
       std::ptrdiff_t stride, std::int64_t rows, std::int64_t head_dim, float* accumulator) {
@@ -235,32 +223,8 @@ struct Bf16Products {
       const std::uint32_t* p = pairs + h0 * (kAttendChunk / 2);
       const float* r = rescale + h0;
       float* acc = accumulator + h0 * head_dim;
-      switch (std::min(kHeadGroup, heads - h0)) {
-        case 1:
-          accumulate_values<1>(p, r, values, stride, rows, head_dim, acc);
-          break;
-        case 2:
-          accumulate_values<2>(p, r, values, stride, rows, head_dim, acc);
-          break;
-        case 3:
-          accumulate_values<3>(p, r, values, stride, rows, head_dim, acc);
-          break;
-        case 4:
-          accumulate_values<4>(p, r, values, stride, rows, head_dim, acc);
-          break;
-        case 5:
-          accumulate_values<5>(p, r, values, stride, rows, head_dim, acc);
-          break;
-        case 6:
-          accumulate_values<6>(p, r, values, stride, rows, head_dim, acc);
-          break;
-        case 7:
-          accumulate_values<7>(p, r, values, stride, rows, head_dim, acc);
-          break;
-        default:
-          accumulate_values<8>(p, r, values, stride, rows, head_dim, acc);
-          break;
-      }
+      kAccumulateValues[std::min(kHeadGroup, heads - h0) - 1](p, r, values, stride, rows, head_dim,
+                                                              acc);
     }
   }
 

@@ -85,7 +85,7 @@ void check_head(const test::TestCache<bf16>& cache, const float* query, const fl
 
   REQUIRE(result.finite);
   REQUIRE(result.positions_read == n);
-  double lse_scale = 1.0 + std::abs(exact.lse);
+  const double lse_scale = 1.0 + std::abs(exact.lse);
   // Tight: against the rounded query's attention, only f32 rounding moves the lse, and the
   // weights' rounding to bf16 (plus f32 rounding) moves the output.
   CAPTURE(result.lse, of_rounded.lse, exact.lse, delta, sigma);
@@ -153,40 +153,35 @@ TEST_CASE("bf16_products dense decode is within its error bounds", "[bf16_produc
   REQUIRE(differing > 0);
 }
 
-TEST_CASE("bf16_products falls back to exact_f32 bit for bit where it does not apply",
-          "[bf16_products]") {
+namespace {
+
+/// Dense decode of 7 heads over a random cache in both arithmetics: outputs and lse bit for bit
+/// equal.
+template <KvStorage T>
+void require_same_as_exact(std::int64_t head_dim) {
   DenseDecode fast({}, AttentionArithmetic::bf16_products), exact;
+  const test::TestCache<T> cache(300, head_dim);
+  const RowMatrix queries = random_queries(7, head_dim);
   RowMatrix out, out_exact;
   std::vector<HeadResult> results, results_exact;
-  const auto same = [&] {
-    REQUIRE(out.rows() == out_exact.rows());
-    REQUIRE(std::memcmp(out.data(), out_exact.data(),
-                        sizeof(float) * static_cast<std::size_t>(out.size())) == 0);
-    for (std::size_t h = 0; h < results.size(); ++h)
-      REQUIRE(std::bit_cast<std::uint32_t>(results[h].lse) ==
-              std::bit_cast<std::uint32_t>(results_exact[h].lse));
-  };
-  SECTION("f32 keys and values") {
-    const test::TestCache<float> cache(300, 64);
-    const RowMatrix queries = random_queries(7, 64);
-    run(fast, queries, cache.view(), out, results);
-    run(exact, queries, cache.view(), out_exact, results_exact);
-    same();
-  }
-  SECTION("head_dim not a multiple of 32") {
-    const test::TestCache<bf16> cache(300, 48);
-    const RowMatrix queries = random_queries(7, 48);
-    run(fast, queries, cache.view(), out, results);
-    run(exact, queries, cache.view(), out_exact, results_exact);
-    same();
-  }
+  run(fast, queries, cache.view(), out, results);
+  run(exact, queries, cache.view(), out_exact, results_exact);
+  REQUIRE(std::memcmp(out.data(), out_exact.data(),
+                      sizeof(float) * static_cast<std::size_t>(out.size())) == 0);
+  for (std::size_t h = 0; h < results.size(); ++h)
+    REQUIRE(std::bit_cast<std::uint32_t>(results[h].lse) ==
+            std::bit_cast<std::uint32_t>(results_exact[h].lse));
+}
+
+}  // namespace
+
+TEST_CASE("bf16_products falls back to exact_f32 bit for bit where it does not apply",
+          "[bf16_products]") {
+  SECTION("f32 keys and values") { require_same_as_exact<float>(64); }
+  SECTION("head_dim not a multiple of 32") { require_same_as_exact<bf16>(48); }
   SECTION("the mode is not available on this CPU or kernel table") {
     if (bf16_products_available(StorageType::bf16, 64)) return;  // covered above
-    const test::TestCache<bf16> cache(300, 64);
-    const RowMatrix queries = random_queries(7, 64);
-    run(fast, queries, cache.view(), out, results);
-    run(exact, queries, cache.view(), out_exact, results_exact);
-    same();
+    require_same_as_exact<bf16>(64);
   }
 }
 

@@ -23,7 +23,7 @@ namespace amc {
 ///   2^-8 sum_i |q_i k_i| (plus f32 rounding), the lse by the largest such error, and an output
 ///   channel by (exp(2 delta)(1 + 2^-8) - 1) sum_j w_j |v_j| with delta that largest score
 ///   error. Subnormal inputs and results are flushed to zero. Twice the multiply-adds per
-///   instruction of exact_f32; measured 1.5x faster on cached KV and 1.1-1.25x on KV streamed
+///   instruction of exact_f32; measured 1.5x faster on cached KV and 0.95-1.25x on KV streamed
 ///   from memory, where the memory time dominates (docs/performance.md, "Dense decode in
 ///   bf16_products", with measured errors). Where it is not available (no AVX512_BF16, another
 ///   kernel table, keys not bf16, head_dim not a multiple of 32) the operator runs exact_f32
@@ -42,8 +42,9 @@ constexpr std::string_view to_string(AttentionArithmetic arithmetic) {
 
 /// The AttentionArithmetic whose to_string is `name`. Throws amc::error naming the value.
 inline AttentionArithmetic parse_attention_arithmetic(std::string_view name) {
-  if (name == "exact_f32") return AttentionArithmetic::exact_f32;
-  if (name == "bf16_products") return AttentionArithmetic::bf16_products;
+  for (const auto a : {AttentionArithmetic::exact_f32, AttentionArithmetic::bf16_products}) {
+    if (to_string(a) == name) return a;
+  }
   detail::throw_error("amc::parse_attention_arithmetic", "arithmetic '", name,
                       "' is not one of exact_f32, bf16_products");
 }
