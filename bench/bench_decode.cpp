@@ -567,25 +567,28 @@ void BM_SummaryAppend(benchmark::State& state) {
                                                  static_cast<double>(std::max<std::int64_t>(p, 1));
 }
 
-/// All 14 query heads of a Qwen2-0.5B layer (2 KV heads), dense, on range(1) threads.
+/// `kv_heads` GQA groups of 7 query heads (2: all 14 heads of a Qwen2-0.5B layer) on
+/// range(1) threads.
 template <class Op>
-void layer_benchmark(benchmark::State& state, Op prototype, bool evict) {
+void layer_benchmark(benchmark::State& state, Op prototype, bool evict, int kv_heads = 2) {
   auto& kv = ring<bf16>(state.range(0));
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  RowMatrix queries(2 * kGroupHeads, kHeadDim);
+  RowMatrix queries(kv_heads * kGroupHeads, kHeadDim);
   for (Eigen::Index i = 0; i < queries.size(); ++i) queries.data()[i] = normal(rng);
   RowMatrix out(queries.rows(), kHeadDim);
   std::vector<HeadResult> results(static_cast<std::size_t>(queries.rows()));
   LayerDecode<Op> layer(prototype, static_cast<int>(state.range(1)));
   std::int64_t positions = 0;
+  std::vector<KvHead<KvView<bf16>>> heads(static_cast<std::size_t>(kv_heads));
   auto call = [&] {
-    const std::int64_t a = kv.advance(), b = kv.advance();
-    const KvHead<KvView<bf16>> heads[2] = {{kv.view(a), &kv.summaries[a]},
-                                           {kv.view(b), &kv.summaries[b]}};
-    layer.decode(queries, std::span<const KvHead<KvView<bf16>>>(heads, 2), out, results);
+    for (auto& head : heads) {
+      const std::int64_t c = kv.advance();
+      head = {kv.view(c), &kv.summaries[c]};
+    }
+    layer.decode(queries, std::span<const KvHead<KvView<bf16>>>(heads), out, results);
     benchmark::DoNotOptimize(out.data());
-    positions += results[0].positions_read + results[kGroupHeads].positions_read;
+    for (int g = 0; g < kv_heads; ++g) positions += results[g * kGroupHeads].positions_read;
   };
   if (evict) {
     // The eviction runs on the layer's own pool, each thread reading a share of the buffer, as
@@ -612,6 +615,11 @@ void BM_LayerDenseDecode(benchmark::State& state) {
 }
 void BM_LayerSparseDecode(benchmark::State& state) {
   layer_benchmark(state, BlockSparseDecode<>(sparse_config()), /*evict=*/true);
+}
+/// One GQA group (BM_SparseDecode's call) through LayerDecode: on 2 threads its selection is
+/// scored in two parts, one per thread (LayerDecode::decode_in_parts).
+void BM_GroupSparseDecode(benchmark::State& state) {
+  layer_benchmark(state, BlockSparseDecode<>(sparse_config()), /*evict=*/true, /*kv_heads=*/1);
 }
 
 const std::vector<std::int64_t> kContexts = {2048, 8192, 16384, 65536, 131072};
@@ -701,6 +709,16 @@ int main(int argc, char** argv) {
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
       benchmark::RegisterBenchmark("BM_LayerSparseDecode", BM_LayerSparseDecode)
+          ->Args({n, threads})
+          ->ArgNames({"", "threads"})
+          ->Iterations(kColdIterations)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (const std::int64_t n : {16384, 65536, 131072}) {
+    for (const std::int64_t threads : {1, 2}) {
+      benchmark::RegisterBenchmark("BM_GroupSparseDecode", BM_GroupSparseDecode)
           ->Args({n, threads})
           ->ArgNames({"", "threads"})
           ->Iterations(kColdIterations)

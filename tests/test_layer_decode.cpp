@@ -1,6 +1,9 @@
 // The layer-level entry point: every GQA group, in parallel, bitwise equal to one thread and to
 // calling the operator group by group.
+#include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cstdint>
 #include <stdexcept>
 #include <vector>
 
@@ -56,6 +59,120 @@ TEST_CASE("layer decode: 2 threads equal 1 thread bitwise (dense and sparse)", "
   check_layer(BlockSparseDecode<>(config), true);
   config.scope = SelectionScope::per_head;
   check_layer(BlockSparseDecode<>(config), true);
+}
+
+namespace {
+
+/// Every registered rule with the settings it is scored under, per group and per head, and
+/// mean pooling with adaptive budgets.
+std::vector<SparseConfig> split_configs() {
+  std::vector<SparseConfig> configs;
+  for (const RuleInfo& rule : registered_rules()) {
+    for (const SelectionScope scope : {SelectionScope::per_group, SelectionScope::per_head}) {
+      SparseConfig c;
+      c.block_size = 8;
+      c.top_k = 12;
+      c.sinks = 3;
+      c.window = 20;
+      c.scope = scope;
+      c.score = ScoreRule::named(rule.name);
+      configs.push_back(c);
+    }
+  }
+  SparseConfig adaptive;
+  adaptive.block_size = 8;
+  adaptive.target_eps = 0.05;
+  adaptive.max_k = 40;
+  configs.push_back(adaptive);
+  return configs;
+}
+
+}  // namespace
+
+TEST_CASE("a group's selection scored in parts equals one part bitwise, for every rule",
+          "[layer]") {
+  // 8200 positions in blocks of 8: 1025 blocks, the last one open, so that the parts' sizes
+  // differ and the boundaries are not multiples of 16 blocks before rounding.
+  const std::int64_t n = 8200, heads = 7, head_dim = 32;
+  const test::TestCache<bf16> cache(n, head_dim);
+  const RowMatrix queries = RowMatrix::Random(heads, head_dim);
+  for (const SparseConfig& config : split_configs()) {
+    CAPTURE(config.score.name(), to_string(config.scope), config.adaptive());
+    const BlockSummaries summaries =
+        BlockSummaries::build(cache.view(), config.block_size, required_summaries(config));
+    const KvHead<KvView<bf16>> head{cache.view(), &summaries};
+    BlockSparseDecode<> whole(config);
+    whole.select(queries, head);
+    BlockSparseDecode<> split(config);
+    if (!split.scores_in_parts()) {
+      REQUIRE(config.score == ScoreRule::two_stage);
+      split.begin_selection(queries, head);
+      REQUIRE_THROWS_WITH(split.score_part(head, 0, 2),
+                          AMC_CONTAINS("score twostage ranks all blocks together and cannot be "
+                                       "scored in 2 parts"));
+      continue;
+    }
+    for (const std::int64_t parts : {2, 3, 7, 64}) {
+      CAPTURE(parts);
+      REQUIRE(split.begin_selection(queries, head) == candidate_blocks(n, config).count());
+      for (std::int64_t part = parts - 1; part >= 0; --part) split.score_part(head, part, parts);
+      split.end_selection(queries, head);
+      const auto a = whole.block_scores(), b = split.block_scores();
+      REQUIRE(std::equal(a.begin(), a.end(), b.begin(), b.end(), [](float x, float y) {
+        return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y);
+      }));
+      for (std::int64_t h = 0; h < heads; ++h) {
+        REQUIRE(std::ranges::equal(whole.selected_blocks(h), split.selected_blocks(h)));
+      }
+    }
+  }
+}
+
+TEST_CASE("layer decode with more threads than KV heads splits selection, bitwise equal",
+          "[layer]") {
+  // One KV head (threads / groups parts) and two (half as many), enough blocks for 4 parts.
+  const std::int64_t per_group = 7, head_dim = 32, n = 8200;
+  std::vector<test::TestCache<bf16>> caches;
+  for (int g = 0; g < 2; ++g) caches.emplace_back(n, head_dim);
+  for (const SparseConfig& config : split_configs()) {
+    CAPTURE(config.score.name(), to_string(config.scope), config.adaptive());
+    std::vector<BlockSummaries> summaries;
+    for (const auto& cache : caches) {
+      summaries.push_back(
+          BlockSummaries::build(cache.view(), config.block_size, required_summaries(config)));
+    }
+    for (const std::int64_t kv_heads : {1, 2}) {
+      std::vector<KvHead<KvView<bf16>>> heads;
+      for (std::int64_t g = 0; g < kv_heads; ++g) {
+        heads.push_back(
+            {caches[static_cast<std::size_t>(g)].view(), &summaries[static_cast<std::size_t>(g)]});
+      }
+      const RowMatrix queries = RowMatrix::Random(kv_heads * per_group, head_dim);
+      RowMatrix direct(queries.rows(), head_dim);
+      std::vector<HeadResult> rd(static_cast<std::size_t>(queries.rows()));
+      BlockSparseDecode<> op(config);
+      for (std::int64_t g = 0; g < kv_heads; ++g) {
+        op.decode(queries.middleRows(g * per_group, per_group), heads[static_cast<std::size_t>(g)],
+                  direct.middleRows(g * per_group, per_group),
+                  std::span(rd).subspan(static_cast<std::size_t>(g * per_group),
+                                        static_cast<std::size_t>(per_group)));
+      }
+      for (const int threads : {2, 3, 4}) {
+        CAPTURE(kv_heads, threads);
+        LayerDecode<BlockSparseDecode<>> layer(BlockSparseDecode<>(config), threads);
+        RowMatrix out(queries.rows(), head_dim);
+        std::vector<HeadResult> results(static_cast<std::size_t>(queries.rows()));
+        for (int call = 0; call < 2; ++call) {  // the second reuses the operators' scratch
+          layer.decode(queries, std::span<const KvHead<KvView<bf16>>>(heads), out, results);
+          REQUIRE((out.array() == direct.array()).all());  // bitwise, not approximately
+          for (std::size_t h = 0; h < results.size(); ++h) {
+            REQUIRE(results[h].lse == rd[h].lse);
+            REQUIRE(results[h].positions_read == rd[h].positions_read);
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("layer decode rejects head counts that do not divide", "[layer]") {

@@ -307,6 +307,47 @@ class BlockSparseDecode {
   template <KvViewLike View>
   requires BlockSelector<Selector, View>
   void select(const ConstMatrixRef& queries, const KvHead<View>& head) {
+    begin_selection(queries, head);
+    score_part(head, 0, 1);
+    end_selection(queries, head);
+  }
+
+  /// Selects (see select()) and attends each head over its support.
+  /// \param queries [heads, head_dim] f32
+  /// \param head    the KV head with its summaries
+  /// \param out     [heads, head_dim] f32
+  /// \param results [heads]
+  template <KvViewLike View>
+  requires BlockSelector<Selector, View>
+  void decode(const ConstMatrixRef& queries, const KvHead<View>& head, MatrixRef out,
+              std::span<HeadResult> results) {
+    detail::check_decode_shapes("amc::BlockSparseDecode::decode", queries, head.kv, out, results);
+    select(queries, head);
+    attend_selected(queries, head, out, results);
+  }
+
+  // Selection in steps, for a caller that spreads the scoring of one group over threads
+  // (LayerDecode, when it has more threads than KV heads): begin_selection, then score_part
+  // for every part in [0, parts), on any threads at once, then end_selection and
+  // attend_selected. select() is the same steps with one part and decode() adds the last, so
+  // results do not depend on the number of parts: each block's score is computed from that block
+  // alone, by the same kernel, whichever part it falls in (tested bitwise).
+
+  /// Whether score_part accepts parts > 1: the selector scores each block from that block
+  /// alone (RuleSelector: every rule but the two-stage one, whose shortlist ranks all blocks).
+  bool scores_in_parts() const {
+    if constexpr (requires { selector_.scores_each_block_alone(); }) {
+      return selector_.scores_each_block_alone();
+    } else {
+      return false;
+    }
+  }
+
+  /// Checks the inputs, scales the queries and marks the blocks that cannot be selected;
+  /// returns the number of candidate blocks, which score_part divides into parts.
+  template <KvViewLike View>
+  requires BlockSelector<Selector, View> std::int64_t begin_selection(const ConstMatrixRef& queries,
+                                                                      const KvHead<View>& head) {
     constexpr const char* where = "amc::BlockSparseDecode::select";
     const View& kv = head.kv;
     AMC_CHECK(queries.rows() > 0 && queries.cols() == kv.head_dim(), where, "queries are [",
@@ -330,49 +371,80 @@ class BlockSparseDecode {
               " sub_blocks=", summaries.options().sub_blocks, " (required_summaries(config))");
 
     const std::int64_t heads = queries.rows();
-    const std::int64_t head_dim = queries.cols();
     const std::int64_t blocks = summaries.blocks();
-    workspace_.prepare(queries, detail::resolve_scale(config_.scale, head_dim));
-    const CandidateBlocks candidates = candidate_blocks(kv.positions(), config_);
+    workspace_.prepare(queries, detail::resolve_scale(config_.scale, queries.cols()));
+    candidates_ = candidate_blocks(kv.positions(), config_);
+    selection_heads_ = heads;
 
     // Selectors write the candidate range; only the (few) blocks outside it are set to -inf.
     block_scores_.resize(static_cast<std::size_t>(heads * blocks));
     for (std::int64_t h = 0; h < heads; ++h) {
       float* row = block_scores_.data() + h * blocks;
-      std::fill(row, row + candidates.first, -std::numeric_limits<float>::infinity());
-      std::fill(row + candidates.last, row + blocks, -std::numeric_limits<float>::infinity());
+      std::fill(row, row + candidates_.first, -std::numeric_limits<float>::infinity());
+      std::fill(row + candidates_.last, row + blocks, -std::numeric_limits<float>::infinity());
     }
+    return candidates_.count();
+  }
+
+  /// Scores part `part` of `parts` near-equal parts of the candidate blocks (for every head).
+  /// Different parts of one call may run on different threads at once; parts > 1 needs
+  /// scores_in_parts(). Call after begin_selection with the same head.
+  template <KvViewLike View>
+  requires BlockSelector<Selector, View>
+  void score_part(const KvHead<View>& head, std::int64_t part, std::int64_t parts) {
+    AMC_CHECK(parts >= 1 && part >= 0 && part < parts, "amc::BlockSparseDecode::score_part",
+              "part ", part, " of ", parts, " does not exist");
+    AMC_CHECK(parts == 1 || scores_in_parts(), "amc::BlockSparseDecode::score_part", "score ",
+              config_.score.name(), " ranks all blocks together and cannot be scored in ", parts,
+              " parts");
+    const View& kv = head.kv;
+    const BlockSummaries& summaries = *head.summaries;
+    const std::int64_t heads = selection_heads_;
+    const std::int64_t blocks = summaries.blocks();
+    CandidateBlocks mine = candidates_;
+    mine.first = part_boundary(part, parts);
+    mine.last = part_boundary(part + 1, parts);
+    if (parts > 1 && mine.count() == 0) return;
     if constexpr (requires(const GroupScoringInput& in, std::span<float> out) {
                     selector_.score_blocks_group(in, kv, out);
                   }) {
       selector_.score_blocks_group(
-          GroupScoringInput{workspace_.scaled_queries.data(), heads, summaries, candidates}, kv,
+          GroupScoringInput{workspace_.scaled_queries.data(), heads, summaries, mine}, kv,
           block_scores_);
     } else {
+      const std::int64_t head_dim = summaries.head_dim();
       for (std::int64_t h = 0; h < heads; ++h) {
         const BlockScoringInput input{
             std::span<const float>(workspace_.scaled_queries.data() + h * head_dim,
                                    static_cast<std::size_t>(head_dim)),
-            summaries, candidates};
+            summaries, mine};
         selector_.score_blocks(input, kv, scores_of(h, blocks));
       }
     }
+  }
 
+  /// Picks the blocks from the scores of every part and builds the supports.
+  template <KvViewLike View>
+  requires BlockSelector<Selector, View>
+  void end_selection(const ConstMatrixRef& queries, const KvHead<View>& head) {
+    const View& kv = head.kv;
+    const std::int64_t heads = queries.rows();
+    const std::int64_t blocks = head.summaries->blocks();
     selected_.resize(static_cast<std::size_t>(heads));
     supports_.resize(static_cast<std::size_t>(heads));
     const std::int64_t selections = config_.scope == SelectionScope::per_group ? 1 : heads;
     if (config_.adaptive()) {
-      select_adaptive(queries, head, candidates);
+      select_adaptive(queries, head, candidates_);
       return;
     }
     if (config_.scope == SelectionScope::per_group) {
       combined_.resize(static_cast<std::size_t>(blocks));
-      combine_group_scores(block_scores_, heads, blocks, candidates, config_.combine, combined_,
+      combine_group_scores(block_scores_, heads, blocks, candidates_, config_.combine, combined_,
                            combine_scratch_);
-      select_blocks(combined_, candidates, MassScale::linear, selected_[0]);
+      select_blocks(combined_, candidates_, MassScale::linear, selected_[0]);
     } else {
       for (std::int64_t h = 0; h < heads; ++h) {
-        select_blocks(scores_of(h, blocks), candidates, MassScale::log,
+        select_blocks(scores_of(h, blocks), candidates_, MassScale::log,
                       selected_[static_cast<std::size_t>(h)]);
       }
     }
@@ -386,18 +458,17 @@ class BlockSparseDecode {
     }
   }
 
-  /// Selects (see select()) and attends each head over its support.
-  /// \param queries [heads, head_dim] f32
-  /// \param head    the KV head with its summaries
-  /// \param out     [heads, head_dim] f32
-  /// \param results [heads]
+  /// Attends each head over the support the last selection built for it (the second half of
+  /// decode()).
   template <KvViewLike View>
-  requires BlockSelector<Selector, View>
-  void decode(const ConstMatrixRef& queries, const KvHead<View>& head, MatrixRef out,
-              std::span<HeadResult> results) {
-    detail::check_decode_shapes("amc::BlockSparseDecode::decode", queries, head.kv, out, results);
-    select(queries, head);
+  void attend_selected(const ConstMatrixRef& queries, const KvHead<View>& head, MatrixRef out,
+                       std::span<HeadResult> results) {
+    detail::check_decode_shapes("amc::BlockSparseDecode::attend_selected", queries, head.kv, out,
+                                results);
     const std::int64_t heads = queries.rows();
+    AMC_CHECK(supports_.size() == static_cast<std::size_t>(heads),
+              "amc::BlockSparseDecode::attend_selected", "the last selection was for ",
+              supports_.size(), " heads, not ", heads);
     if (config_.scope == SelectionScope::per_group) {
       // One pass over the shared support: each selected block is read once for all heads.
       detail::attend_support(head.kv, supports_[0].ranges(), 0, heads, workspace_);
@@ -478,6 +549,15 @@ class BlockSparseDecode {
     }
   }
 
+  /// The first candidate block of part `part` of `parts` (part == parts: the end). Inner
+  /// boundaries fall on multiples of 16 blocks, so that two threads never write one cache line
+  /// of scores.
+  std::int64_t part_boundary(std::int64_t part, std::int64_t parts) const {
+    const std::int64_t b = candidates_.first + candidates_.count() * part / parts;
+    if (part == 0 || part == parts) return b;
+    return std::clamp((b + 15) / 16 * 16, candidates_.first, candidates_.last);
+  }
+
   SparseConfig config_;
   SummaryOptions required_;  // what select() checks the summaries for
   Selector selector_;
@@ -487,6 +567,8 @@ class BlockSparseDecode {
         .subspan(static_cast<std::size_t>(head * blocks), static_cast<std::size_t>(blocks));
   }
 
+  CandidateBlocks candidates_;          // of the selection in progress or the last one
+  std::int64_t selection_heads_ = 0;    // its query heads
   std::vector<float> block_scores_;     // [heads, blocks]
   std::vector<float> combined_;         // [blocks]
   std::vector<float> combine_scratch_;  // [candidate blocks]

@@ -133,6 +133,11 @@ class BlockRule {
   virtual void score(const BlockScoringInput& in, const KeyRows& keys,
                      std::span<float> scores) const = 0;
 
+  /// Whether a block's score depends on that block's summaries and keys alone, so that the
+  /// candidate range may be scored in parts, on several threads, with the same result
+  /// (BlockSparseDecode::score_part). False unless a rule says so.
+  virtual bool scores_each_block_alone() const { return false; }
+
   /// All heads of a group: scores is [heads, blocks]. By default head by head; a rule that can
   /// score the group in one pass over its summaries overrides it.
   virtual void score_group(const GroupScoringInput& in, const KeyRows& keys,

@@ -49,6 +49,9 @@ class RuleSelector {
     scorer_->score(in, KeyRows(kv), scores);
   }
 
+  /// Whether the candidate blocks may be scored in parts (BlockRule::scores_each_block_alone).
+  bool scores_each_block_alone() const { return scorer_->scores_each_block_alone(); }
+
   /// The whole group at once (one pass over the summaries for rules that can).
   template <KvViewLike View>
   void score_blocks_group(const GroupScoringInput& in, const View& kv,

@@ -12,6 +12,9 @@ namespace amc {
 
 /// As a BlockSelector (a template argument of BlockSparseDecode).
 struct ChannelBoundSelector {
+  /// Each block's score reads that block alone (BlockSparseDecode::scores_in_parts).
+  static constexpr bool scores_each_block_alone() { return true; }
+
   template <KvViewLike View>
   void score_blocks(const BlockScoringInput& in, const View& /*kv*/,
                     std::span<float> scores) const {
@@ -33,6 +36,7 @@ struct ChannelBoundSelector {
 /// As a registered rule.
 class ChannelBoundRule final : public BlockRule {
  public:
+  bool scores_each_block_alone() const override { return true; }
   void score(const BlockScoringInput& in, const KeyRows&, std::span<float> scores) const override {
     ChannelBoundSelector::score(in, scores);
   }

@@ -13,6 +13,9 @@ namespace amc {
 
 /// As a BlockSelector (a template argument of BlockSparseDecode).
 struct MeanPooledSelector {
+  /// Each block's score reads that block alone (BlockSparseDecode::scores_in_parts).
+  static constexpr bool scores_each_block_alone() { return true; }
+
   template <KvViewLike View>
   void score_blocks(const BlockScoringInput& in, const View& /*kv*/,
                     std::span<float> scores) const {
@@ -48,6 +51,7 @@ struct MeanPooledSelector {
 /// As a registered rule.
 class MeanPooledRule final : public BlockRule {
  public:
+  bool scores_each_block_alone() const override { return true; }
   void score(const BlockScoringInput& in, const KeyRows&, std::span<float> scores) const override {
     MeanPooledSelector::score(in, scores);
   }

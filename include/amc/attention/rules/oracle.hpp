@@ -17,6 +17,9 @@ namespace amc {
 
 /// As a BlockSelector (a template argument of BlockSparseDecode).
 struct OracleSelector {
+  /// Each block's score reads that block alone (BlockSparseDecode::scores_in_parts).
+  static constexpr bool scores_each_block_alone() { return true; }
+
   template <KvViewLike View>
   void score_blocks(const BlockScoringInput& in, const View& kv, std::span<float> scores) const {
     score(in, KeyRows(kv), scores);
@@ -49,6 +52,7 @@ struct OracleSelector {
 /// As a registered rule.
 class OracleRule final : public BlockRule {
  public:
+  bool scores_each_block_alone() const override { return true; }
   void score(const BlockScoringInput& in, const KeyRows& keys,
              std::span<float> scores) const override {
     OracleSelector::score(in, keys, scores);

@@ -25,6 +25,9 @@ namespace amc {
 
 /// As a BlockSelector (a template argument of BlockSparseDecode).
 struct SubBlockMeansSelector {
+  /// Each block's score reads that block alone (BlockSparseDecode::scores_in_parts).
+  static constexpr bool scores_each_block_alone() { return true; }
+
   template <KvViewLike View>
   void score_blocks(const BlockScoringInput& in, const View& /*kv*/,
                     std::span<float> scores) const {
@@ -84,6 +87,7 @@ struct SubBlockMeansSelector {
 
 class SubBlockMeansRule final : public BlockRule {
  public:
+  bool scores_each_block_alone() const override { return true; }
   void score(const BlockScoringInput& in, const KeyRows&, std::span<float> scores) const override {
     SubBlockMeansSelector::score(in, scores);
   }
