@@ -47,6 +47,22 @@ constexpr std::size_t kMaxPositions = AMC_TEST_CHECKPOINT_POSITIONS;
 constexpr std::size_t kMaxPositions = 1 << 20;
 #endif
 
+/// How close amc's logits with a bf16 KV cache must come to the reference's. Rounding keys to
+/// bf16 is not a smooth operation: a key element near a rounding boundary rounds one way or the
+/// other depending on the last bit of the f32 arithmetic before it, and a flip moves the element
+/// by 2^-8 of itself. How much that moves the logits depends on the model: on qwen2-tiny amc
+/// agrees to 1e-3 (the default). On data/qwen2-retrieval, whose layer-0 attention logits reach
+/// 157 (training.json's max_logit_0), the same PyTorch model run in float32 instead of float64,
+/// both rounding to bf16, already differs from the float64 reference by 1.3e-3 (6e-6 with exact
+/// keys and values), so tests/CMakeLists.txt sets 4e-3 for it. Not rounding at all would be
+/// caught either way: the exact-KV and bf16-KV references differ by 5e-3 (tiny) and 5.8e-2
+/// (retrieval).
+#ifdef AMC_TEST_BF16_KV_TOLERANCE
+constexpr double kBf16KvTolerance = AMC_TEST_BF16_KV_TOLERANCE;
+#else
+constexpr double kBf16KvTolerance = 1e-3;
+#endif
+
 /// The saved inputs and logits: ids [n], logits [n, vocab] (n at most kMaxPositions).
 struct Reference {
   std::vector<std::int32_t> ids;
@@ -140,8 +156,8 @@ TEST_CASE("amc's logits on the checkpoint match PyTorch's (f32 KV cache)", "[che
 TEST_CASE("amc's logits on the checkpoint match PyTorch's (bf16 KV cache)", "[checkpoint]") {
   const Errors e = errors_against_reference(amc::StorageType::bf16);
   INFO("max relative error: prefill " << e.prefill << ", decode " << e.decode);
-  CHECK(e.prefill < 1e-3);
-  CHECK(e.decode < 1e-3);
+  CHECK(e.prefill < kBf16KvTolerance);
+  CHECK(e.decode < kBf16KvTolerance);
 }
 
 TEST_CASE("the default options resolve to the checkpoint's own settings", "[checkpoint]") {
@@ -160,8 +176,8 @@ TEST_CASE("the default options resolve to the checkpoint's own settings", "[chec
   const Errors automatic = errors_against_reference(std::nullopt);
   INFO("auto: max relative error: prefill " << automatic.prefill << ", decode " << automatic.decode
                                             << ", step 0 " << automatic.step0);
-  CHECK(automatic.prefill < 1e-3);
-  CHECK(automatic.decode < 1e-3);
+  CHECK(automatic.prefill < kBf16KvTolerance);
+  CHECK(automatic.decode < kBf16KvTolerance);
   // With an f32 cache and the angles the model was trained with, amc agrees with the float64
   // reference to f32 rounding; the other convention's angles then differ by less than the
   // tolerance at 512 positions (1.8e-5 rad at most), but never agree better than the model's.

@@ -1,6 +1,7 @@
 """Checks of the retrieval recipe (tools/train_retrieval) that need no training: its sequences
 (data.py) and its settings (train.py's recipes, learning rate, attention-logit cap). Run by
 ctest as train_retrieval_recipe, with Debian's python3-torch and python3-pytest."""
+import json
 import re
 import sys
 from pathlib import Path
@@ -82,7 +83,7 @@ def test_code_with_inserts_keeps_each_record_with_its_query():
             assert records.count(line) == 2, line
 
 
-def test_recipe_v1_is_the_one_that_made_the_checkpoint():
+def test_the_recipes():
     v1 = train.RECIPES["v1"]
     assert v1.rope_theta == 1e4 and v1.steps == 2700
     assert [(p[0], p[1], p[2]) for p in v1.phases] == [
@@ -93,6 +94,20 @@ def test_recipe_v1_is_the_one_that_made_the_checkpoint():
     assert v2.phases[:4] == v1.phases[:4] and v2.phases[4][:2] == (1600, 4096)
 
 
+def test_the_default_recipe_made_the_checkpoint():
+    """data/qwen2-retrieval's training.json and config.json against the recipe a new run gets."""
+    checkpoint = Path(__file__).resolve().parents[3] / "data" / "qwen2-retrieval"
+    made = json.loads((checkpoint / "training.json").read_text())
+    config = json.loads((checkpoint / "config.json").read_text())
+    recipe = train.RECIPES[train.DEFAULT_RECIPE]
+    assert made["recipe"] == recipe.name
+    assert made["steps"] == recipe.steps
+    assert made["rope_theta"] == config["rope_theta"] == recipe.rope_theta
+    assert [(p["first_step"], p["context"], p["sequences"],
+             tuple(p["mix_repeats_pure_copies_code_with_inserts_plain_code"]))
+            for p in made["phases"]] == [tuple(p) for p in recipe.phases]
+
+
 def test_the_saved_state_decides_the_recipe(tmp_path):
     saved = train.RECIPE
     try:
@@ -100,8 +115,8 @@ def test_the_saved_state_decides_the_recipe(tmp_path):
             train.use_recipe(SimpleNamespace(state=tmp_path, recipe=recipe))
             return train.RECIPE.name
 
-        assert use(None) == "v1"  # no state: the default
-        assert use("v2") == "v2"
+        assert use(None) == "v2"  # no state: the default
+        assert use("v1") == "v1"
         torch.save({"step": 5, "recipe": "v2"}, tmp_path / "state.pt")
         assert use(None) == "v2"
         with pytest.raises(SystemExit, match="recipe v2's, not v1's"):
