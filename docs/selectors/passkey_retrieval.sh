@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The passkey comparison of docs/selectors.md on data/qwen2-retrieval (issue 16's passkey
 # target): every rule at supports 193 and 385, contexts 1024 (where the model's dense attention
-# answers 78% of trials) and 4092 (+ the question = the 4096 positions it was trained at),
+# answers 90% of trials) and 4092 (+ the question = the 4096 positions it was trained at),
 # then 60 prompts at 4092 where dense attention answers (OUT_DIR-near).
 #
 #   docs/selectors/passkey_retrieval.sh [OUT_DIR]    (default docs/selectors/passkey-retrieval)
