@@ -49,9 +49,9 @@ endmacro()
 # AMC_DASSERTs run), compiles TARGET at -O1, the level AddressSanitizer's documentation
 # recommends: the same reports, and code that runs several times faster than at -O0. Given to
 # the two libraries the slow tests spend their time in (amc's kernels and I/O, the reference
-# transformer with its Eigen GEMMs); the tests and tools stay at -O0, where Catch2's long test
-# functions compile 2-3 times faster than at -O1 under ASan (docs/reliability.md has the
-# measurements).
+# transformer with its Eigen GEMMs) and to test_certified, which computes in its own templates;
+# the other tests and the tools stay at -O0, where Catch2's long test functions compile 2-3
+# times faster than at -O1 under ASan (docs/reliability.md has the measurements).
 function(amc_sanitizer_optimize target)
   if(AMC_SANITIZE)
     target_compile_options(${target} PRIVATE $<$<CONFIG:Debug>:-O1>)
