@@ -8,7 +8,9 @@
 //                    its own operands, the best of a square and the prefill's shapes;
 //
 // and the ratios of issue 5:
-//   decode, short context    tokens/s vs bandwidth / (weight bytes read per token), >= 0.85;
+//   decode, short context    tokens/s vs bandwidth / (weight bytes read per token), >= 0.85
+//                            (issue 19: >= 0.92), with the weights in huge pages (the default)
+//                            and, interleaved, mapped in place;
 //   prefill at 512 and 2K    FLOP/s (matrix products and attention) vs Eigen's GEMM, >= 0.75;
 //   decode at 16K            tokens/s vs bandwidth / (weight + KV bytes per token), dense, >= 0.8;
 //   64K and 128K             sparse vs dense decode tokens/s (B 32, k 16, sinks 4, window 64,
@@ -64,36 +66,40 @@ double median(std::vector<double> v) {
 }
 
 /// The plain multi-threaded SIMD read: each thread sums its half (third, ...) of a buffer
-/// larger than any cache. Returns bytes/s of the best of `repeats` passes.
+/// larger than any cache, in transparent huge pages as the weights are (a plain read measured
+/// the same in 4 KiB and 2 MiB pages here; the decode did not). Returns bytes/s of the best of
+/// `repeats` passes.
 class ReadBaseline {
  public:
-  explicit ReadBaseline(int threads) : pool_(threads), threads_(threads) {
+  explicit ReadBaseline(int threads)
+      : pool_(threads), threads_(threads), buffer_(std::size_t{1} << 29) {
     // Distinct values: a VM may merge pages of identical contents, which would then be read
     // from cache.
-    buffer_.resize(std::size_t{1} << 27);
-    for (std::size_t i = 0; i < buffer_.size(); ++i) buffer_[i] = static_cast<float>(i % 1000003);
+    float* values = floats();
+    for (std::int64_t i = 0; i < count(); ++i) values[i] = static_cast<float>(i % 1000003);
     sink_.resize(static_cast<std::size_t>(threads));
   }
   double measure(int repeats = 4) {
     const auto sum = amc::kernels::active().stream_sum;
-    const auto floats = static_cast<std::int64_t>(buffer_.size());
     double best = 1e300;
     for (int r = 0; r < repeats; ++r) {
       best = std::min(best, time_of([&] {
                         pool_.parallel_for(threads_, [&](std::int64_t i) {
-                          const std::int64_t part = floats / threads_;
-                          sink_[static_cast<std::size_t>(i)] +=
-                              sum(buffer_.data() + i * part, part);
+                          const std::int64_t part = count() / threads_;
+                          sink_[static_cast<std::size_t>(i)] += sum(floats() + i * part, part);
                         });
                       }));
     }
-    return static_cast<double>(floats) * 4.0 / best;
+    return static_cast<double>(count()) * 4.0 / best;
   }
 
  private:
+  float* floats() { return reinterpret_cast<float*>(buffer_.data()); }
+  std::int64_t count() const { return static_cast<std::int64_t>(buffer_.size() / 4); }
+
   amc::ThreadPool pool_;
   int threads_;
-  std::vector<float> buffer_;
+  amc::HugePageBuffer buffer_;
   std::vector<float> sink_;
 };
 
@@ -211,25 +217,39 @@ int main(int argc, char** argv) {
   dense_options.threads = threads;
   std::vector<float> logits(static_cast<std::size_t>(cfg.vocab_size));
 
-  // Decode at short context: rounds of (read bandwidth, decode steps).
+  // Decode at short context: rounds of (read bandwidth, decode steps), with the weights as
+  // loaded (huge pages unless the kernel refused them) and, interleaved, in place in the
+  // mapped file.
   {
+    const Checkpoint mapped = Checkpoint::load(model, {.weights = WeightMemory::mapped});
     Session session(checkpoint, dense_options);
-    session.reserve(16 + static_cast<std::int64_t>(rounds + 1) * steps * 2 + 1);
-    session.prefill(random_tokens(16, cfg.vocab_size), logits);
-    decode_seconds(session, 2);  // warm-up: first touch of scratch and weights
-    std::vector<double> bandwidths, rates, ratios;
+    Session mapped_session(mapped, dense_options);
+    std::vector<double> bandwidths, rates, ratios, mapped_rates, mapped_ratios, gains;
+    for (Session* s : {&session, &mapped_session}) {
+      s->reserve(16 + static_cast<std::int64_t>(rounds + 1) * steps * 2 + 1);
+      s->prefill(random_tokens(16, cfg.vocab_size), logits);
+      decode_seconds(*s, 2);  // warm-up: first touch of scratch and weights
+    }
     for (int r = 0; r < rounds; ++r) {
       const double bandwidth = read.measure();
       const double rate = 1.0 / decode_seconds(session, 2 * steps);
+      const double mapped_rate = 1.0 / decode_seconds(mapped_session, 2 * steps);
       bandwidths.push_back(bandwidth);
       rates.push_back(rate);
       ratios.push_back(rate * weight_bytes / bandwidth);
+      mapped_rates.push_back(mapped_rate);
+      mapped_ratios.push_back(mapped_rate * weight_bytes / bandwidth);
+      gains.push_back(rate / mapped_rate);
     }
     std::printf(
-        "decode, short context: %.2f tokens/s (%.1f GB/s of weights); read bandwidth "
-        "%.2f GB/s, bound %.2f tokens/s; ratio %.3f (target >= 0.85)\n",
-        median(rates), median(rates) * weight_bytes / 1e9, median(bandwidths) / 1e9,
-        median(bandwidths) / weight_bytes, median(ratios));
+        "decode, short context: %.2f tokens/s (%.1f GB/s of weights, %s); read bandwidth "
+        "%.2f GB/s, bound %.2f tokens/s; ratio %.3f (target >= 0.92)\n",
+        median(rates), median(rates) * weight_bytes / 1e9, to_string(checkpoint.weight_memory()),
+        median(bandwidths) / 1e9, median(bandwidths) / weight_bytes, median(ratios));
+    std::printf(
+        "decode, short context, weights mapped: %.2f tokens/s; ratio %.3f; as loaded / mapped "
+        "%.3f\n",
+        median(mapped_rates), median(mapped_ratios), median(gains));
     std::fflush(stdout);
   }
 

@@ -1,11 +1,13 @@
 // Loading checkpoints of every family: config.json checks (Qwen2, Qwen3 and Llama configs, and
 // what is refused), every checkpoint error with its message, and the synthetic writer.
 #include <amc/error.hpp>
+#include <amc/huge_pages.hpp>
 #include <amc/io/safetensors.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -838,19 +840,12 @@ TEST_CASE("non-finite weights: decode flags the attention, generate refuses the 
   }
 }
 
-TEST_CASE("weight matrices are used in place in the memory-mapped file, not copied",
-          "[qwen2][load]") {
-  TempDir root("mapped");
-  write_synthetic_checkpoint(root.path(), amc::qwen2::test::tiny_spec(amc::StorageType::bf16));
-  const Checkpoint checkpoint = Checkpoint::load(root.path());
-  // Opened after the load: qemu-user (the aarch64 test run) writes its emulated maps file when
-  // it is opened, not when it is read as Linux does.
-  std::ifstream maps("/proc/self/maps");
-  if (!maps) {
-    WARN("no /proc/self/maps: the mapping of the weights is not checked");
-    return;
-  }
-  // Address ranges of this process mapped from model.safetensors (read-only, file-backed).
+namespace {
+
+/// Address ranges of this process mapped from a file named model.safetensors; empty when
+/// /proc/self/maps cannot be read. Opened by the caller after the load: qemu-user (the aarch64
+/// test run) writes its emulated maps file when it is opened, not when it is read as Linux does.
+std::vector<std::pair<std::uintptr_t, std::uintptr_t>> safetensors_mappings(std::istream& maps) {
   std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges;
   for (std::string line; std::getline(maps, line);) {
     if (line.size() < 17 || line.compare(line.size() - 17, 17, "model.safetensors") != 0) continue;
@@ -859,18 +854,108 @@ TEST_CASE("weight matrices are used in place in the memory-mapped file, not copi
     ranges.emplace_back(std::stoull(line.substr(0, dash), nullptr, 16),
                         std::stoull(line.substr(dash + 1, space - dash - 1), nullptr, 16));
   }
-  REQUIRE_FALSE(ranges.empty());
-  auto mapped = [&](const Matrix& m) {
-    const auto begin = reinterpret_cast<std::uintptr_t>(m.data);
-    for (const auto& [lo, hi] : ranges) {
-      if (begin >= lo && begin + m.bytes() <= hi) return true;
-    }
-    return false;
-  };
-  const Weights& w = checkpoint.weights();
-  CHECK(mapped(w.embed));
-  CHECK(mapped(w.lm_head));  // tied: the embedding itself
+  return ranges;
+}
+
+bool inside(const std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& ranges, const Matrix& m) {
+  const auto begin = reinterpret_cast<std::uintptr_t>(m.data);
+  return std::any_of(ranges.begin(), ranges.end(), [&](const auto& range) {
+    return begin >= range.first && begin + m.bytes() <= range.second;
+  });
+}
+
+/// Every matrix a decode step streams: each layer's projections, then the unembedding.
+std::vector<const Matrix*> streamed_matrices(const Weights& w) {
+  std::vector<const Matrix*> matrices;
   for (const LayerWeights& l : w.layers) {
-    for (const Matrix* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) CHECK(mapped(*m));
+    for (const Matrix* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) matrices.push_back(m);
   }
+  matrices.push_back(&w.lm_head);
+  return matrices;
+}
+
+/// Logits of a prefill of three tokens and two decode steps.
+std::vector<float> short_run(const Checkpoint& checkpoint) {
+  Session session(checkpoint);
+  const auto vocab = static_cast<std::size_t>(checkpoint.config().vocab_size);
+  std::vector<float> logits(vocab), all;
+  session.prefill(std::vector<std::int32_t>{3, 1, 4}, logits);
+  all.insert(all.end(), logits.begin(), logits.end());
+  for (std::int32_t token : {1, 5}) {
+    session.decode(token, logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("WeightMemory::mapped: weight matrices are used in place in the file, not copied",
+          "[qwen2][load]") {
+  TempDir root("mapped");
+  write_synthetic_checkpoint(root.path(), amc::qwen2::test::tiny_spec(amc::StorageType::bf16));
+  const Checkpoint checkpoint = Checkpoint::load(root.path(), {.weights = WeightMemory::mapped});
+  CHECK(checkpoint.weight_memory() == WeightMemory::mapped);
+  std::ifstream maps("/proc/self/maps");
+  if (!maps) {
+    WARN("no /proc/self/maps: the mapping of the weights is not checked");
+    return;
+  }
+  const auto ranges = safetensors_mappings(maps);
+  REQUIRE_FALSE(ranges.empty());
+  const Weights& w = checkpoint.weights();
+  CHECK(inside(ranges, w.embed));
+  CHECK(w.lm_head.data == w.embed.data);  // tied: the embedding itself
+  for (const Matrix* m : streamed_matrices(w)) CHECK(inside(ranges, *m));
+}
+
+TEST_CASE(
+    "WeightMemory::huge_pages (the default): streamed matrices are copied byte for byte "
+    "into one huge-page block, and decode computes the same bits",
+    "[qwen2][load]") {
+  TempDir root("huge");
+  write_synthetic_checkpoint(root.path(), amc::qwen2::test::tiny_spec(amc::StorageType::bf16));
+  Checkpoint copied = Checkpoint::load(root.path());
+  const Checkpoint mapped = Checkpoint::load(root.path(), {.weights = WeightMemory::mapped});
+  // Where the kernel refuses the advice the load stays mapped: the copy would gain nothing.
+  const bool advised = amc::HugePageBuffer(1).huge_pages_advised();
+  REQUIRE(copied.weight_memory() == (advised ? WeightMemory::huge_pages : WeightMemory::mapped));
+  if (!advised) return;
+
+  const Weights& w = copied.weights();
+  CHECK(w.lm_head.data == w.embed.data);  // tied: still one matrix, now in the block
+  const auto copies = streamed_matrices(w);
+  const auto originals = streamed_matrices(mapped.weights());
+  REQUIRE(copies.size() == originals.size());
+  // One block, in decode order, every matrix on a cache line.
+  const auto first = reinterpret_cast<std::uintptr_t>(copies.front()->data);
+  CHECK(first % amc::HugePageBuffer::kHugePage == 0);
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    const Matrix& copy = *copies[i];
+    const Matrix& original = *originals[i];
+    INFO("matrix " << i);
+    CHECK(copy.data != original.data);
+    CHECK(reinterpret_cast<std::uintptr_t>(copy.data) % 64 == 0);
+    if (i > 0) CHECK(copy.data > copies[i - 1]->data);
+    REQUIRE(copy.dtype == original.dtype);
+    REQUIRE(copy.bytes() == original.bytes());
+    CHECK(std::memcmp(copy.data, original.data, copy.bytes()) == 0);
+  }
+  std::ifstream maps("/proc/self/maps");
+  if (maps) {
+    const auto ranges = safetensors_mappings(maps);
+    for (const Matrix* m : copies) CHECK_FALSE(inside(ranges, *m));
+  }
+
+  const std::vector<float> expected = short_run(mapped);
+  CHECK(short_run(copied) == expected);  // bitwise: the same bytes, the same kernels
+  // The block moves with the checkpoint.
+  const Checkpoint moved = std::move(copied);
+  CHECK(moved.weight_memory() == WeightMemory::huge_pages);
+  CHECK(short_run(moved) == expected);
+}
+
+TEST_CASE("WeightMemory names", "[qwen2][load]") {
+  CHECK(std::string(to_string(WeightMemory::mapped)) == "mapped");
+  CHECK(std::string(to_string(WeightMemory::huge_pages)) == "huge_pages");
 }

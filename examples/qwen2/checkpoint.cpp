@@ -1,8 +1,10 @@
 // Checkpoint loading: file discovery, the shard index, and name/shape/dtype checks per tensor.
 #include "checkpoint.hpp"
 
+#include <amc/aligned.hpp>
 #include <amc/error.hpp>
 
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -17,6 +19,10 @@ std::size_t Weights::decode_bytes() const {
              l.down.bytes();
   }
   return total;
+}
+
+const char* to_string(WeightMemory memory) {
+  return memory == WeightMemory::mapped ? "mapped" : "huge_pages";
 }
 
 Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
@@ -181,7 +187,43 @@ class CheckpointLoader {
   bool stored_f32_ = false, stored_f16_ = false;  // dtypes of the matrices in the files
 };
 
-Checkpoint Checkpoint::load(const std::filesystem::path& dir) {
+namespace {
+
+/// Copies the matrices a decode step streams into one huge-page block, in the order the step
+/// reads them, and points the Matrix views there. Leaves them mapped when the kernel refuses
+/// the huge-page advice (returns false then).
+bool copy_to_huge_pages(Weights& w, std::vector<std::unique_ptr<std::vector<float>>>& owned,
+                        HugePageBuffer& block) {
+  std::vector<Matrix*> streamed;
+  for (LayerWeights& l : w.layers) {
+    for (Matrix* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) streamed.push_back(m);
+  }
+  // Tied, the unembedding is the embedding, whose rows the step also reads one at a time.
+  streamed.push_back(w.tied ? &w.embed : &w.lm_head);
+  // Each matrix starts on a cache line, as the file's bf16 tensors need not.
+  auto padded = [](std::size_t bytes) {
+    return (bytes + kCacheLine - 1) / kCacheLine * kCacheLine;
+  };
+  std::size_t total = 0;
+  for (const Matrix* m : streamed) total += padded(m->bytes());
+  HugePageBuffer copy(total);
+  if (!copy.huge_pages_advised()) return false;
+  std::size_t offset = 0;
+  for (Matrix* m : streamed) {
+    std::memcpy(copy.data() + offset, m->data, m->bytes());
+    // An f32 fallback copy (an unaligned tensor in the file) is now copied again: drop it.
+    std::erase_if(owned, [&](const auto& v) { return v->data() == m->data; });
+    m->data = copy.data() + offset;
+    offset += padded(m->bytes());
+  }
+  if (w.tied) w.lm_head = w.embed;
+  block = std::move(copy);
+  return true;
+}
+
+}  // namespace
+
+Checkpoint Checkpoint::load(const std::filesystem::path& dir, const LoadOptions& options) {
   Checkpoint c;
   c.directory_ = dir;
   if (!std::filesystem::is_directory(dir)) {
@@ -251,6 +293,10 @@ Checkpoint Checkpoint::load(const std::filesystem::path& dir) {
   }
   w.lm_head = w.tied ? w.embed : loader.matrix("lm_head.weight", cfg.vocab_size, hidden);
   c.weight_dtype_ = loader.stored_dtype();
+  if (options.weights == WeightMemory::huge_pages &&
+      copy_to_huge_pages(w, c.owned_, c.weight_copy_)) {
+    c.weight_memory_ = WeightMemory::huge_pages;
+  }
   return c;
 }
 

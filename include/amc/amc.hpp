@@ -11,6 +11,7 @@
 #include "amc/attention/sparse_config.hpp"
 #include "amc/attention/support.hpp"
 #include "amc/error.hpp"
+#include "amc/huge_pages.hpp"
 #include "amc/kernels/kernel_table.hpp"
 #include "amc/kv_view.hpp"
 #include "amc/parallel.hpp"
