@@ -4,11 +4,17 @@
 #include <amc/aligned.hpp>
 #include <amc/error.hpp>
 
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 namespace amc::qwen2 {
 
@@ -189,6 +195,23 @@ class CheckpointLoader {
 
 namespace {
 
+/// Takes the pages of a copied tensor out of this process's mapping of the file, so that the
+/// weights count once in its resident set, not twice (bench/memory-qwen2). Only for bytes of a
+/// shard that SafetensorsFile::open mapped read-only and private, as the loader's are: there
+/// MADV_DONTNEED drops the page table entries and the file's page cache stays, so a later read
+/// would fault the same bytes back in (on an anonymous mapping it would zero them instead).
+void release_file_pages([[maybe_unused]] const void* data, [[maybe_unused]] std::size_t bytes) {
+#if defined(__linux__)
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(data);
+  const std::uintptr_t first = (begin + page - 1) / page * page;  // whole pages inside only:
+  const std::uintptr_t last = (begin + bytes) / page * page;      // neighbours share the rest
+  if (first < last) {
+    ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  }
+#endif
+}
+
 /// Copies the matrices a decode step streams into one huge-page block, in the order the step
 /// reads them, and points the Matrix views there. Leaves them mapped when the kernel refuses
 /// the huge-page advice (returns false then).
@@ -212,7 +235,8 @@ bool copy_to_huge_pages(Weights& w, std::vector<std::unique_ptr<std::vector<floa
   for (Matrix* m : streamed) {
     std::memcpy(copy.data() + offset, m->data, m->bytes());
     // An f32 fallback copy (an unaligned tensor in the file) is now copied again: drop it.
-    std::erase_if(owned, [&](const auto& v) { return v->data() == m->data; });
+    const auto fallback = std::erase_if(owned, [&](const auto& v) { return v->data() == m->data; });
+    if (fallback == 0) release_file_pages(m->data, m->bytes());
     m->data = copy.data() + offset;
     offset += padded(m->bytes());
   }
