@@ -946,6 +946,32 @@ TEST_CASE(
     const auto ranges = safetensors_mappings(maps);
     for (const Matrix* m : copies) CHECK_FALSE(inside(ranges, *m));
   }
+  // The copied bytes count once: of this load's mapping of the file, only what is not copied
+  // (norms, the header) and the pages a matrix shares with a neighbour stay resident. Both
+  // loads map the file; `mapped` has read all its matrices (the comparison above), so the
+  // smaller of the two mappings' resident sizes is this one's.
+  std::ifstream smaps("/proc/self/smaps");
+  std::size_t smallest_kib = std::numeric_limits<std::size_t>::max();
+  bool in_file = false;
+  for (std::string line; std::getline(smaps, line);) {
+    const bool header = line.find('-') < line.find(' ') && line.find(':') > line.find(' ');
+    if (header) {
+      in_file = line.size() >= 17 && line.compare(line.size() - 17, 17, "model.safetensors") == 0;
+    } else if (in_file && line.rfind("Rss:", 0) == 0) {
+      smallest_kib = std::min<std::size_t>(smallest_kib, std::stoull(line.substr(4)));
+    }
+  }
+  if (smallest_kib == std::numeric_limits<std::size_t>::max()) {
+    WARN("no /proc/self/smaps entry for the file: its resident size is not checked");
+  } else {
+    const auto file_bytes = fs::file_size(root.path() / "model.safetensors");
+    std::size_t copied_bytes = 0;
+    for (const Matrix* m : copies) copied_bytes += m->bytes();
+    const std::size_t page = 4096, shared_pages = 2 * copies.size();
+    INFO("resident " << smallest_kib << " KiB of a " << file_bytes << "-byte file");
+    CHECK(smallest_kib * 1024 <= file_bytes - copied_bytes + shared_pages * page);
+    CHECK(smallest_kib * 1024 < file_bytes / 2);
+  }
 
   const std::vector<float> expected = short_run(mapped);
   CHECK(short_run(copied) == expected);  // bitwise: the same bytes, the same kernels

@@ -4,6 +4,7 @@
 #include <amc/aligned.hpp>
 #include <amc/error.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -195,21 +196,35 @@ class CheckpointLoader {
 
 namespace {
 
-/// Takes the pages of a copied tensor out of this process's mapping of the file, so that the
-/// weights count once in its resident set, not twice (bench/memory-qwen2). Only for bytes of a
-/// shard that SafetensorsFile::open mapped read-only and private, as the loader's are: there
+/// Copies a tensor's bytes out of a shard's mapping, slice by slice. With from_file, every
+/// whole page of the source is taken out of this process's mapping once it is copied, so that
+/// the weights count once in its resident set, not twice (bench/memory-qwen2), not even while
+/// the largest matrix (the 272 MB unembedding of Qwen2-0.5B) is being copied. Only for bytes of
+/// a shard that SafetensorsFile::open mapped read-only and private, as the loader's are: there
 /// MADV_DONTNEED drops the page table entries and the file's page cache stays, so a later read
 /// would fault the same bytes back in (on an anonymous mapping it would zero them instead).
-void release_file_pages([[maybe_unused]] const void* data, [[maybe_unused]] std::size_t bytes) {
+/// Pages the tensor shares with its neighbours in the file stay.
+void copy_out_of_file(std::byte* to, const void* from, std::size_t bytes,
+                      [[maybe_unused]] bool from_file) {
+  constexpr std::size_t kSlice = std::size_t{16} << 20;
+  const auto* source = static_cast<const std::byte*>(from);
 #if defined(__linux__)
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<std::uintptr_t>(data);
-  const std::uintptr_t first = (begin + page - 1) / page * page;  // whole pages inside only:
-  const std::uintptr_t last = (begin + bytes) / page * page;      // neighbours share the rest
-  if (first < last) {
-    ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
-  }
+  const auto begin = reinterpret_cast<std::uintptr_t>(from);
+  std::uintptr_t released = (begin + page - 1) / page * page;  // first whole page not yet dropped
 #endif
+  for (std::size_t done = 0; done < bytes;) {
+    const std::size_t slice = std::min(kSlice, bytes - done);
+    std::memcpy(to + done, source + done, slice);
+    done += slice;
+#if defined(__linux__)
+    const std::uintptr_t copied = (begin + done) / page * page;  // end of the whole pages copied
+    if (from_file && released < copied) {
+      ::madvise(reinterpret_cast<void*>(released), copied - released, MADV_DONTNEED);
+      released = copied;
+    }
+#endif
+  }
 }
 
 /// Copies the matrices a decode step streams into one huge-page block, in the order the step
@@ -233,10 +248,11 @@ bool copy_to_huge_pages(Weights& w, std::vector<std::unique_ptr<std::vector<floa
   if (!copy.huge_pages_advised()) return false;
   std::size_t offset = 0;
   for (Matrix* m : streamed) {
-    std::memcpy(copy.data() + offset, m->data, m->bytes());
-    // An f32 fallback copy (an unaligned tensor in the file) is now copied again: drop it.
-    const auto fallback = std::erase_if(owned, [&](const auto& v) { return v->data() == m->data; });
-    if (fallback == 0) release_file_pages(m->data, m->bytes());
+    // An f32 fallback copy (an unaligned tensor in the file) is copied again: drop it after.
+    const bool fallback = std::any_of(owned.begin(), owned.end(),
+                                      [&](const auto& v) { return v->data() == m->data; });
+    copy_out_of_file(copy.data() + offset, m->data, m->bytes(), !fallback);
+    std::erase_if(owned, [&](const auto& v) { return v->data() == m->data; });
     m->data = copy.data() + offset;
     offset += padded(m->bytes());
   }
