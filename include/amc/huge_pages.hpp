@@ -15,7 +15,8 @@ namespace amc {
 /// A zero-initialised, 2 MiB-aligned block of memory that the kernel is asked to back with
 /// transparent huge pages (Linux: an anonymous mapping advised with MADV_HUGEPAGE). Elsewhere,
 /// or where the kernel refuses the advice (THP "never"), it is the same block in normal pages:
-/// huge_pages_advised() says which. Move-only; frees the block on destruction.
+/// huge_pages_advised() says which. Move-only (a moved-from buffer is empty); frees the block on
+/// destruction.
 class HugePageBuffer {
  public:
   /// The size and alignment of a transparent huge page on x86-64 and AArch64 (4 KiB granule).
