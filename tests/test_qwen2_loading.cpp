@@ -981,7 +981,14 @@ TEST_CASE(
   CHECK(short_run(moved) == expected);
 }
 
-TEST_CASE("WeightMemory names", "[qwen2][load]") {
+TEST_CASE("WeightMemory: names, and a value that is none is refused by name", "[qwen2][load]") {
   CHECK(std::string(to_string(WeightMemory::mapped)) == "mapped");
   CHECK(std::string(to_string(WeightMemory::huge_pages)) == "huge_pages");
+  const auto invalid = static_cast<WeightMemory>(7);
+  CHECK(std::string(to_string(invalid)) == "invalid");
+  TempDir root("invalid_memory");
+  write_synthetic_checkpoint(root.path(), amc::qwen2::test::tiny_spec(amc::StorageType::bf16));
+  CHECK_THROWS_WITH(
+      Checkpoint::load(root.path(), {.weights = invalid}),
+      AMC_CONTAINS("amc::qwen2::Checkpoint::load") && AMC_CONTAINS("options.weights is 7"));
 }

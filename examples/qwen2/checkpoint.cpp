@@ -29,7 +29,13 @@ std::size_t Weights::decode_bytes() const {
 }
 
 const char* to_string(WeightMemory memory) {
-  return memory == WeightMemory::mapped ? "mapped" : "huge_pages";
+  switch (memory) {
+    case WeightMemory::mapped:
+      return "mapped";
+    case WeightMemory::huge_pages:
+      return "huge_pages";
+  }
+  return "invalid";
 }
 
 Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
@@ -244,7 +250,14 @@ bool copy_to_huge_pages(Weights& w, std::vector<std::unique_ptr<std::vector<floa
   };
   std::size_t total = 0;
   for (const Matrix* m : streamed) total += padded(m->bytes());
-  HugePageBuffer copy(total);
+  HugePageBuffer copy;
+  try {
+    copy = HugePageBuffer(total);
+  } catch (const amc::error&) {
+    // No memory for a copy: the mapped file still serves (its pages can be evicted and
+    // re-read, so it runs where a copy does not fit), only slower.
+    return false;
+  }
   if (!copy.huge_pages_advised()) return false;
   std::size_t offset = 0;
   for (Matrix* m : streamed) {
@@ -264,6 +277,9 @@ bool copy_to_huge_pages(Weights& w, std::vector<std::unique_ptr<std::vector<floa
 }  // namespace
 
 Checkpoint Checkpoint::load(const std::filesystem::path& dir, const LoadOptions& options) {
+  AMC_CHECK(options.weights == WeightMemory::mapped || options.weights == WeightMemory::huge_pages,
+            kWhere, "options.weights is ", static_cast<int>(options.weights),
+            "; expected WeightMemory::mapped or WeightMemory::huge_pages");
   Checkpoint c;
   c.directory_ = dir;
   if (!std::filesystem::is_directory(dir)) {

@@ -81,12 +81,13 @@ enum class WeightMemory {
   /// the price of one copy at load (0.76 s for Qwen2-0.5B's 988 MB here, 2.9 s the first time
   /// in a process; a mapped load reads nothing up front) and of anonymous memory the kernel
   /// cannot drop and re-read from the file under pressure, as it can the page cache. Where the
-  /// kernel refuses the huge-page advice the copy would gain nothing, and the load stays mapped
+  /// kernel refuses the huge-page advice the copy would gain nothing, and where the memory for
+  /// it cannot be had the file still serves: the load stays mapped then
   /// (Checkpoint::weight_memory() reports what it did).
   huge_pages,
 };
 
-/// "mapped" or "huge_pages".
+/// "mapped" or "huge_pages" ("invalid" for a value that is neither).
 const char* to_string(WeightMemory memory);
 
 struct LoadOptions {
@@ -101,7 +102,8 @@ class Checkpoint {
   /// missing tensor, the tensor with its expected and found shape, or a tensor of a feature
   /// the config does not have (a q_norm in a Qwen2 checkpoint, biases in a Llama one: the
   /// config.json names the wrong family, and ignoring them would compute another model).
-  /// options.weights says where the decode-streamed matrices go (WeightMemory).
+  /// options.weights says where the decode-streamed matrices go (WeightMemory); a value that
+  /// is neither is refused with amc::error naming options.weights.
   static Checkpoint load(const std::filesystem::path& dir, const LoadOptions& options = {});
 
   Checkpoint(Checkpoint&&) noexcept;
