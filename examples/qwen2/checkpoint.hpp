@@ -77,7 +77,7 @@ enum class WeightMemory {
   /// In place in the mapped file: no copy, the page cache's 4 KiB pages.
   mapped,
   /// Copied at load, in decode order, into one HugePageBuffer (transparent huge pages on
-  /// Linux): decode read them 1.18-1.55x faster on the project's VM (docs/performance.md), at
+  /// Linux): decode read them 1.18-1.77x faster on the project's VM (docs/performance.md), at
   /// the price of one copy at load (0.76 s for Qwen2-0.5B's 988 MB here, 2.9 s the first time
   /// in a process; a mapped load reads nothing up front) and of anonymous memory the kernel
   /// cannot drop and re-read from the file under pressure, as it can the page cache. Where the

@@ -3,7 +3,7 @@
 //
 // A decode step streams every weight matrix once: about 1 GB for Qwen2-0.5B in bf16, so 241K
 // pages of 4 KiB, each a TLB miss (and on a VM a two-level page walk). On the project's VM the
-// decode ran 1.18-1.55x faster with the weights copied into 2 MiB pages than read in place from
+// decode ran 1.18-1.77x faster with the weights copied into 2 MiB pages than read in place from
 // the file's page cache, and a copy into 4 KiB pages gained nothing (docs/performance.md,
 // "Weights in huge pages").
 #pragma once
