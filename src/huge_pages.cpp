@@ -5,7 +5,9 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <new>
+#include <string>
 #include <system_error>
 #include <utility>
 
@@ -19,6 +21,21 @@ namespace amc {
 namespace {
 
 constexpr const char* kWhere = "amc::HugePageBuffer";
+
+#if defined(__linux__)
+/// Whether the kernel's THP setting lets advised memory get huge pages ("always" or
+/// "madvise" selected in /sys/kernel/mm/transparent_hugepage/enabled); read once.
+bool thp_enabled() {
+  static const bool enabled = [] {
+    std::ifstream setting("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string line;
+    return setting && std::getline(setting, line) &&
+           (line.find("[always]") != std::string::npos ||
+            line.find("[madvise]") != std::string::npos);
+  }();
+  return enabled;
+}
+#endif
 
 }  // namespace
 
@@ -36,17 +53,18 @@ HugePageBuffer::HugePageBuffer(std::size_t bytes) {
     detail::throw_error(kWhere, "cannot allocate ", bytes,
                         " bytes: ", std::error_code(errno, std::generic_category()).message());
   }
-  auto start = (reinterpret_cast<std::uintptr_t>(mapping) + kHugePage - 1) & ~(kHugePage - 1);
-  data_ = reinterpret_cast<std::byte*>(start);
-  // EINVAL where the kernel has no THP (or it is set to "never"): the block stays in 4 KiB
-  // pages, which is still correct memory.
-  advised_ = ::madvise(data_, bytes, MADV_HUGEPAGE) == 0;
 #else
   void* mapping = ::operator new(mapped, std::nothrow);
   if (mapping == nullptr) detail::throw_error(kWhere, "cannot allocate ", bytes, " bytes");
   std::memset(mapping, 0, mapped);
-  auto start = (reinterpret_cast<std::uintptr_t>(mapping) + kHugePage - 1) & ~(kHugePage - 1);
+#endif
+  const auto start = (reinterpret_cast<std::uintptr_t>(mapping) + kHugePage - 1) & ~(kHugePage - 1);
   data_ = reinterpret_cast<std::byte*>(start);
+#if defined(__linux__)
+  // madvise fails (EINVAL) only on a kernel built without THP; with THP set to "never" it
+  // succeeds and the kernel still maps 4 KiB pages, hence the setting is read too. Either way
+  // the block is correct memory.
+  advised_ = thp_enabled() && ::madvise(data_, bytes, MADV_HUGEPAGE) == 0;
 #endif
   mapping_ = mapping;
   mapped_ = mapped;

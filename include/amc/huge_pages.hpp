@@ -14,8 +14,8 @@ namespace amc {
 
 /// A zero-initialised, 2 MiB-aligned block of memory that the kernel is asked to back with
 /// transparent huge pages (Linux: an anonymous mapping advised with MADV_HUGEPAGE). Elsewhere,
-/// or where the kernel refuses the advice (THP "never"), it is the same block in normal pages:
-/// huge_pages_advised() says which. Move-only (a moved-from buffer is empty); frees the block on
+/// or where the kernel has no THP or has it set to "never", it is the same block in normal
+/// pages: huge_pages_advised() says which. Move-only (a moved-from buffer is empty); frees the block on
 /// destruction.
 class HugePageBuffer {
  public:
@@ -35,8 +35,9 @@ class HugePageBuffer {
   std::byte* data() const { return data_; }
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  /// Whether the kernel accepted the huge-page advice for the whole block. It says nothing
-  /// about how many huge pages it could actually find (/proc/self/smaps AnonHugePages does).
+  /// Whether the kernel accepted the huge-page advice for the whole block and its THP setting
+  /// ("always" or "madvise") lets it act on it. It says nothing about how many huge pages it
+  /// could actually find (/proc/self/smaps AnonHugePages does).
   bool huge_pages_advised() const { return advised_; }
 
  private:
