@@ -41,6 +41,7 @@
 #include "qwen2/checkpoint.hpp"
 #include "qwen2/linear.hpp"
 #include "qwen2/model.hpp"
+#include "qwen2/model_files.hpp"
 #include "qwen2/synth.hpp"
 
 namespace {
@@ -180,7 +181,13 @@ int main(int argc, char** argv) {
   std::string model = "build/bench-qwen2-0.5b", shape = "qwen2-0.5b";
   int threads = 2, steps = 8, rounds = 5;
   bool skip_long = false;
-  app.add_option("--model", model, "checkpoint directory (written synthetically when absent)");
+  std::string weight_dtype = "auto";
+  app.add_option("--model", model,
+                 "checkpoint directory (written synthetically when absent) or GGUF file");
+  app.add_option("--weight-dtype", weight_dtype,
+                 "weight matrices in memory; auto: as a safetensors checkpoint stores them, bf16 "
+                 "for GGUF")
+      ->check(CLI::IsMember({"auto", "bf16", "f32"}));
   app.add_option("--threads", threads, "threads")->check(CLI::Range(1, 256));
   app.add_option("--steps", steps, "decode steps per measurement")->check(CLI::Range(1, 10000));
   app.add_option("--rounds", rounds, "measurement rounds (medians are reported)")
@@ -191,14 +198,16 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"tiny", "qwen2-0.5b"}));
   CLI11_PARSE(app, argc, argv);
 
-  if (!std::filesystem::exists(std::filesystem::path(model) / "config.json")) {
+  const LoadOptions load_options{.weight_dtype = parse_weight_dtype(weight_dtype)};
+  if (!is_gguf_file(model) &&
+      !std::filesystem::exists(std::filesystem::path(model) / "config.json")) {
     std::printf("writing a synthetic %s-shaped bf16 checkpoint to %s ...\n", shape.c_str(),
                 model.c_str());
     SynthSpec spec;
     spec.config = synth_shape(shape);
     write_synthetic_checkpoint(model, spec);
   }
-  const Checkpoint checkpoint = Checkpoint::load(model);
+  const Checkpoint checkpoint = Checkpoint::load(model, load_options);
   const Config& cfg = checkpoint.config();
   const double weight_bytes = static_cast<double>(checkpoint.weights().decode_bytes());
   std::printf(
@@ -221,7 +230,9 @@ int main(int argc, char** argv) {
   // loaded (huge pages unless the kernel refused them) and, interleaved, in place in the
   // mapped file.
   {
-    const Checkpoint mapped = Checkpoint::load(model, {.weights = WeightMemory::mapped});
+    LoadOptions mapped_options = load_options;
+    mapped_options.weights = WeightMemory::mapped;
+    const Checkpoint mapped = Checkpoint::load(model, mapped_options);
     Session session(checkpoint, dense_options);
     Session mapped_session(mapped, dense_options);
     std::vector<double> bandwidths, rates, ratios, mapped_rates, mapped_ratios, gains;

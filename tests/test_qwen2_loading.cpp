@@ -420,7 +420,7 @@ TEST_CASE("checkpoint loading errors name the file, the tensor and the shapes", 
 
   SECTION("missing directory and files") {
     REQUIRE_THROWS_WITH(Checkpoint::load(root / "nowhere"),
-                        AMC_CONTAINS("nowhere: not a directory"));
+                        AMC_CONTAINS("nowhere: no such file or directory"));
     const fs::path no_config = root / "no_config";
     fs::create_directories(no_config);
     fs::copy_file(good / "model.safetensors", no_config / "model.safetensors");

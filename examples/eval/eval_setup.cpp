@@ -7,6 +7,7 @@
 #include <set>
 
 #include "qwen2/model.hpp"
+#include "qwen2/model_files.hpp"
 #include "qwen2/tokenizer.hpp"
 #include "refuse.hpp"
 
@@ -50,13 +51,14 @@ Setup prepare(const CommonArguments& a) {
   std::sort(s.supports.begin(), s.supports.end(),
             [](const SupportSize& x, const SupportSize& y) { return x.support < y.support; });
 
-  const std::filesystem::path dir(a.model);
-  if (!std::filesystem::is_directory(dir)) {
+  const std::filesystem::path model(a.model);
+  if (!std::filesystem::is_directory(model) && !qwen2::is_gguf_file(model)) {
     refuse("--model ", a.model,
-           ": not a directory (expected a checkpoint directory with "
-           "config.json, model.safetensors and tokenizer.json)");
+           ": neither a checkpoint directory (config.json, model.safetensors, tokenizer.json) "
+           "nor a GGUF file");
   }
-  s.checkpoint = std::make_unique<qwen2::Checkpoint>(qwen2::Checkpoint::load(dir));
+  s.checkpoint = std::make_unique<qwen2::Checkpoint>(
+      qwen2::Checkpoint::load(model, {.weight_dtype = qwen2::parse_weight_dtype(a.weight_dtype)}));
   const qwen2::Config& c = s.checkpoint->config();
   s.kv_dtype =
       a.kv_dtype == "auto" ? qwen2::auto_kv_dtype(*s.checkpoint) : parse_storage_type(a.kv_dtype);
@@ -70,12 +72,12 @@ Setup prepare(const CommonArguments& a) {
   }
 
   if (!a.text_files.empty()) {
-    const std::filesystem::path tokenizer_path = dir / "tokenizer.json";
-    if (!std::filesystem::exists(tokenizer_path)) {
-      refuse(tokenizer_path.string(), ": file not found (needed to encode the --text documents)");
+    const std::optional<qwen2::Tokenizer> tokenizer = qwen2::load_model_tokenizer(model);
+    if (!tokenizer) {
+      refuse(qwen2::model_tokenizer_source(model).string(),
+             ": file not found (needed to encode the --text documents)");
     }
-    const qwen2::Tokenizer tokenizer = qwen2::Tokenizer::load(tokenizer_path);
-    s.documents = load_documents(a.text_files, &tokenizer, c.vocab_size);
+    s.documents = load_documents(a.text_files, &*tokenizer, c.vocab_size);
   } else {
     s.documents = load_documents(a.id_files, nullptr, c.vocab_size);
   }
@@ -119,6 +121,8 @@ Json settings_json(const CommonArguments& a, const Setup& setup) {
   // The resolved values, and what was asked for ("auto" or the explicit choice).
   s["kv_dtype"] = std::string(to_string(setup.kv_dtype));
   s["kv_dtype_requested"] = a.kv_dtype;
+  s["weight_dtype"] = std::string(to_string(setup.checkpoint->weight_dtype()));
+  s["weight_dtype_requested"] = a.weight_dtype;
   s["rope_angles"] = std::string(qwen2::to_string(setup.rope_angles));
   s["rope_angles_requested"] = a.rope_angles;
   s["prefill"] = "dense";

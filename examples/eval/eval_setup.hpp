@@ -30,8 +30,9 @@ struct CommonArguments {
   /// Block size, sinks, window, scope, score and combine (top_k is set per support size):
   /// the library's selection options (amc::cli::SparseOptions), applied after parsing.
   SparseConfig sparse;
-  std::string kv_dtype = "auto";     ///< auto, bf16 or f32
-  std::string rope_angles = "auto";  ///< auto, transformers or exact
+  std::string kv_dtype = "auto";      ///< auto, bf16 or f32
+  std::string weight_dtype = "auto";  ///< auto, bf16 or f32 (qwen2::parse_weight_dtype)
+  std::string rope_angles = "auto";   ///< auto, transformers or exact
   int threads = 1;
   std::string out;
 };

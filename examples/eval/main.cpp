@@ -53,7 +53,7 @@ std::unique_ptr<amc::cli::SparseOptions> add_common_options(CLI::App& command, C
   command
       .add_option("--model", a.model,
                   "checkpoint directory (config.json, model.safetensors, "
-                  "tokenizer.json)")
+                  "tokenizer.json) or GGUF file")
       ->required();
   command
       .add_option("--text", a.text_files,
@@ -81,6 +81,12 @@ std::unique_ptr<amc::cli::SparseOptions> add_common_options(CLI::App& command, C
   command
       .add_option("--kv-dtype", a.kv_dtype,
                   "KV cache storage; auto: the weights' dtype (bf16 for bf16 weights, else f32)")
+      ->check(CLI::IsMember({"auto", "bf16", "f32"}))
+      ->capture_default_str();
+  command
+      .add_option("--weight-dtype", a.weight_dtype,
+                  "weight matrices in memory; auto: as a safetensors checkpoint stores them, "
+                  "bf16 for GGUF (dequantized at load)")
       ->check(CLI::IsMember({"auto", "bf16", "f32"}))
       ->capture_default_str();
   command

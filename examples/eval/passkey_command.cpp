@@ -55,6 +55,7 @@ PasskeyOptions passkey_options_from_flags(const PasskeyFlags& flags) {
             threads);
   options.threads = static_cast<int>(threads);
   options.kv_dtype = flags.kv_dtype;
+  options.weight_dtype = flags.weight_dtype;
   options.rope_angles = flags.rope_angles;
   options.sparse = flags.sparse;
   options.out = flags.out;
@@ -110,6 +111,9 @@ void add_passkey_command(CLI::App& app, std::function<int()>& run) {
       ->default_str("all hardware threads");
   option("--kv-dtype", flags->kv_dtype, "auto|bf16|f32",
          "KV cache storage; auto: the weights' dtype (bf16 for bf16 weights, else f32)");
+  option("--weight-dtype", flags->weight_dtype, "auto|bf16|f32",
+         "weight matrices in memory; auto: as a safetensors checkpoint stores them, bf16 for "
+         "GGUF");
   option("--rope-angles", flags->rope_angles, "auto|transformers|exact",
          "RoPE angles; auto: config.json's amc_rope_angles, else transformers");
   auto sparse = std::make_shared<cli::SparseOptions>(

@@ -29,6 +29,7 @@ struct PasskeyFlags {
   std::string seed = "1";
   std::string threads;  ///< empty: every hardware thread
   std::string kv_dtype = "auto";
+  std::string weight_dtype = "auto";
   std::string rope_angles = "auto";
   /// Block size, sinks, window, scope, combine, top_p and the two-stage and sub-block settings:
   /// the library's selection options (amc::cli::SparseOptions), applied after parsing. The rule

@@ -16,6 +16,7 @@
 #include "greedy.hpp"
 #include "progress.hpp"
 #include "qwen2/model.hpp"
+#include "qwen2/model_files.hpp"
 #include "refuse.hpp"
 #include "text.hpp"
 
@@ -89,6 +90,7 @@ void PasskeyOptions::validate() const {
             threads);
   AMC_CHECK(kv_dtype == "auto" || kv_dtype == "bf16" || kv_dtype == "f32", kWhere,
             "--kv-dtype: expected auto, bf16 or f32, got '", kv_dtype, "'");
+  qwen2::parse_weight_dtype(weight_dtype);  // throws naming --weight-dtype
   AMC_CHECK(rope_angles == "auto" || rope_angles == "transformers" || rope_angles == "exact",
             kWhere, "--rope-angles: expected auto, transformers or exact, got '", rope_angles, "'");
 
@@ -127,11 +129,13 @@ void PasskeyOptions::validate() const {
 PasskeySetup prepare_passkey(const PasskeyOptions& options) {
   options.validate();
   PasskeySetup s;
-  const std::filesystem::path dir(options.model);
-  AMC_CHECK(std::filesystem::is_directory(dir), kWhere, "--model: ", options.model,
-            " is not a directory (expected a checkpoint directory with config.json, "
-            "model.safetensors and tokenizer.json)");
-  s.checkpoint = std::make_unique<qwen2::Checkpoint>(qwen2::Checkpoint::load(dir));
+  const std::filesystem::path model(options.model);
+  AMC_CHECK(std::filesystem::is_directory(model) || qwen2::is_gguf_file(model), kWhere,
+            "--model: ", options.model,
+            " is neither a checkpoint directory (config.json, model.safetensors, "
+            "tokenizer.json) nor a GGUF file");
+  s.checkpoint = std::make_unique<qwen2::Checkpoint>(qwen2::Checkpoint::load(
+      model, {.weight_dtype = qwen2::parse_weight_dtype(options.weight_dtype)}));
   const qwen2::Config& config = s.checkpoint->config();
   s.kv_dtype = options.kv_dtype == "auto" ? qwen2::auto_kv_dtype(*s.checkpoint)
                                           : parse_storage_type(options.kv_dtype);
@@ -148,10 +152,11 @@ PasskeySetup prepare_passkey(const PasskeyOptions& options) {
               config.max_position_embeddings, ")");
   }
 
-  const std::filesystem::path tokenizer_path = dir / "tokenizer.json";
-  AMC_CHECK(std::filesystem::exists(tokenizer_path), kWhere, "--model: ", tokenizer_path.string(),
+  std::optional<qwen2::Tokenizer> tokenizer = qwen2::load_model_tokenizer(model);
+  AMC_CHECK(tokenizer.has_value(), kWhere,
+            "--model: ", qwen2::model_tokenizer_source(model).string(),
             " not found (needed to encode the --text documents and the prompts)");
-  s.tokenizer = std::make_unique<qwen2::Tokenizer>(qwen2::Tokenizer::load(tokenizer_path));
+  s.tokenizer = std::make_unique<qwen2::Tokenizer>(std::move(*tokenizer));
   for (Document& d : load_documents(options.text_files, s.tokenizer.get(), config.vocab_size)) {
     s.documents.push_back(make_passkey_document(std::move(d.path), d.ids, *s.tokenizer));
   }

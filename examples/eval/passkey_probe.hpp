@@ -49,6 +49,7 @@ struct PasskeyOptions {
   /// are set per run from --selectors and --supports.
   SparseConfig sparse;
   std::string kv_dtype = "auto";     ///< --kv-dtype: auto, bf16 or f32
+  std::string weight_dtype = "auto";  ///< --weight-dtype: auto, bf16 or f32
   std::string rope_angles = "auto";  ///< --rope-angles: auto, transformers or exact
   int threads = 1;                   ///< --threads
   std::string out;                   ///< --out

@@ -68,7 +68,8 @@ std::string read_text(const std::filesystem::path& file) {
 /// Finds tensors across the shards and turns them into checked views.
 class CheckpointLoader {
  public:
-  explicit CheckpointLoader(Checkpoint& c) : c_(c) {}
+  CheckpointLoader(Checkpoint& c, std::optional<StorageType> weight_dtype)
+      : c_(c), weight_dtype_(weight_dtype) {}
 
   void open_files() {
     const std::filesystem::path single = c_.directory_ / "model.safetensors";
@@ -162,14 +163,24 @@ class CheckpointLoader {
     const StorageType stored = info->dtype == Dtype::F32    ? StorageType::f32
                                : info->dtype == Dtype::BF16 ? StorageType::bf16
                                                             : StorageType::f16;
-    if (reinterpret_cast<std::uintptr_t>(bytes.data()) % storage_size(stored) == 0) {
+    const StorageType wanted = weight_dtype_.value_or(stored);
+    if (wanted == stored &&
+        reinterpret_cast<std::uintptr_t>(bytes.data()) % storage_size(stored) == 0) {
       m.dtype = stored;
       m.data = bytes.data();
     } else {
-      // A file whose tensors are not aligned for their type (legal, but no writer we know of
-      // makes one): fall back to an f32 copy of this matrix.
-      auto copy = std::make_unique<std::vector<float>>(file->to_f32(name));
-      m.dtype = StorageType::f32;
+      // A conversion asked for (LoadOptions::weight_dtype), or a file whose tensors are not
+      // aligned for their type (legal, but no writer we know of makes one; then f32, exact).
+      const StorageType to = wanted == stored ? StorageType::f32 : wanted;
+      const std::vector<float> values = file->to_f32(name);
+      auto copy = std::make_unique<AlignedVector<std::byte>>(values.size() * storage_size(to));
+      if (to == StorageType::f32) {
+        std::memcpy(copy->data(), values.data(), copy->size());
+      } else {
+        auto* out = reinterpret_cast<bf16*>(copy->data());
+        for (std::size_t i = 0; i < values.size(); ++i) out[i] = to_bf16(values[i]);
+      }
+      m.dtype = to;
       m.data = copy->data();
       c_.owned_.push_back(std::move(copy));
     }
@@ -184,8 +195,9 @@ class CheckpointLoader {
   /// The file to name in a message about a missing tensor: the single file, or the index.
   std::string source() const { return source_name(); }
 
-  /// The widest dtype among the matrices loaded so far.
+  /// The widest dtype among the matrices loaded so far, or the one they were converted to.
   StorageType stored_dtype() const {
+    if (weight_dtype_) return *weight_dtype_;
     return stored_f32_ ? StorageType::f32 : stored_f16_ ? StorageType::f16 : StorageType::bf16;
   }
 
@@ -196,6 +208,7 @@ class CheckpointLoader {
   }
 
   Checkpoint& c_;
+  std::optional<StorageType> weight_dtype_;       // LoadOptions::weight_dtype
   std::map<std::string, std::size_t> location_;   // tensor name -> shard
   bool stored_f32_ = false, stored_f16_ = false;  // dtypes of the matrices in the files
 };
@@ -236,7 +249,7 @@ void copy_out_of_file(std::byte* to, const void* from, std::size_t bytes,
 /// Copies the matrices a decode step streams into one huge-page block, in the order the step
 /// reads them, and points the Matrix views there. Leaves them mapped when the kernel refuses
 /// the huge-page advice (returns false then).
-bool copy_to_huge_pages(Weights& w, std::vector<std::unique_ptr<std::vector<float>>>& owned,
+bool copy_to_huge_pages(Weights& w, std::vector<std::unique_ptr<AlignedVector<std::byte>>>& owned,
                         HugePageBuffer& block) {
   std::vector<Matrix*> streamed;
   for (LayerWeights& l : w.layers) {
@@ -261,7 +274,8 @@ bool copy_to_huge_pages(Weights& w, std::vector<std::unique_ptr<std::vector<floa
   if (!copy.huge_pages_advised()) return false;
   std::size_t offset = 0;
   for (Matrix* m : streamed) {
-    // An f32 fallback copy (an unaligned tensor in the file) is copied again: drop it after.
+    // A converted copy (an unaligned tensor in the file, or a weight_dtype conversion) is
+    // copied again: drop it after.
     const bool fallback = std::any_of(owned.begin(), owned.end(),
                                       [&](const auto& v) { return v->data() == m->data; });
     copy_out_of_file(copy.data() + offset, m->data, m->bytes(), !fallback);
@@ -276,21 +290,41 @@ bool copy_to_huge_pages(Weights& w, std::vector<std::unique_ptr<std::vector<floa
 
 }  // namespace
 
-Checkpoint Checkpoint::load(const std::filesystem::path& dir, const LoadOptions& options) {
+bool is_gguf_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+void check_load_options(const LoadOptions& options) {
   AMC_CHECK(options.weights == WeightMemory::mapped || options.weights == WeightMemory::huge_pages,
             kWhere, "options.weights is ", static_cast<int>(options.weights),
             "; expected WeightMemory::mapped or WeightMemory::huge_pages");
+  AMC_CHECK(!options.weight_dtype || *options.weight_dtype == StorageType::bf16 ||
+                *options.weight_dtype == StorageType::f32,
+            kWhere, "options.weight_dtype is ",
+            options.weight_dtype ? to_string(*options.weight_dtype) : "", "; expected bf16 or f32");
+}
+
+Checkpoint Checkpoint::load(const std::filesystem::path& dir, const LoadOptions& options) {
+  check_load_options(options);
+  if (is_gguf_file(dir)) return load_gguf(dir, options);
   Checkpoint c;
   c.directory_ = dir;
   if (!std::filesystem::is_directory(dir)) {
-    detail::throw_error(kWhere, dir.string(), ": not a directory");
+    detail::throw_error(kWhere, dir.string(),
+                        std::filesystem::exists(dir)
+                            ? ": neither a checkpoint directory nor a GGUF file"
+                            : ": no such file or directory");
   }
   if (!std::filesystem::exists(dir / "config.json")) {
     detail::throw_error(kWhere, (dir / "config.json").string(), ": file not found");
   }
   c.config_ = load_config(dir / "config.json");
   const Config& cfg = c.config_;
-  CheckpointLoader loader(c);
+  CheckpointLoader loader(c, options.weight_dtype);
   loader.open_files();
 
   const std::int64_t hidden = cfg.hidden_size;

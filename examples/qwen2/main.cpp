@@ -40,6 +40,7 @@
 #include "checkpoint.hpp"
 #include "generate.hpp"
 #include "model.hpp"
+#include "model_files.hpp"
 #include "tokenizer.hpp"
 
 namespace {
@@ -113,7 +114,7 @@ struct Arguments {
   std::int64_t tokens = 128;
   std::string attention = "dense";
   amc::SparseConfig sparse;  ///< from the selection options (amc::cli::SparseOptions)
-  std::string kv_dtype = "auto", rope_angles = "auto";
+  std::string kv_dtype = "auto", rope_angles = "auto", weight_dtype = "auto";
   int threads = 0;
   bool json = false, retained_mass = false, demo = false, ignore_eos = false;
   std::string logits_out;
@@ -465,14 +466,13 @@ int run(const Arguments& a) {
   if (a.demo && (a.json || !a.logits_out.empty()))
     fail("--demo prints text; it does not take --json or --logits-out");
   if (a.tokens < 0) fail("-n must be >= 0");
-  const std::filesystem::path dir(a.model);
-  const amc::qwen2::Checkpoint checkpoint = amc::qwen2::Checkpoint::load(dir);
-  std::optional<amc::qwen2::Tokenizer> tokenizer;
-  const bool have_tokenizer = std::filesystem::exists(dir / "tokenizer.json");
-  if (have_tokenizer) {
-    tokenizer = amc::qwen2::Tokenizer::load(dir / "tokenizer.json");
-  } else if (a.prompt || a.demo) {
-    fail((dir / "tokenizer.json").string() + ": file not found (needed to encode the prompt)");
+  const std::filesystem::path model(a.model);
+  const amc::qwen2::Checkpoint checkpoint = amc::qwen2::Checkpoint::load(
+      model, {.weight_dtype = amc::qwen2::parse_weight_dtype(a.weight_dtype)});
+  const std::optional<amc::qwen2::Tokenizer> tokenizer = amc::qwen2::load_model_tokenizer(model);
+  if (!tokenizer && (a.prompt || a.demo)) {
+    fail(amc::qwen2::model_tokenizer_source(model).string() +
+         ": file not found (needed to encode the prompt)");
   }
   std::vector<std::int32_t> prompt;
   if (a.prompt_ids) {
@@ -506,7 +506,8 @@ int main(int argc, char** argv) {
   Arguments a;
   a.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   app.add_option("--model", a.model,
-                 "checkpoint directory (config.json, model.safetensors, tokenizer.json)")
+                 "checkpoint directory (config.json, model.safetensors, tokenizer.json) or GGUF "
+                 "file")
       ->required();
   app.add_option("--prompt", a.prompt, "prompt text");
   app.add_option("--prompt-ids", a.prompt_ids, "prompt token ids, comma-separated");
@@ -522,6 +523,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--kv-dtype", a.kv_dtype,
                  "KV cache storage; auto: the weights' dtype (bf16 for bf16 weights, else f32)")
+      ->check(CLI::IsMember({"auto", "bf16", "f32"}))
+      ->capture_default_str();
+  app.add_option("--weight-dtype", a.weight_dtype,
+                 "weight matrices in memory; auto: as a safetensors checkpoint stores them, bf16 "
+                 "for GGUF (dequantized at load)")
       ->check(CLI::IsMember({"auto", "bf16", "f32"}))
       ->capture_default_str();
   app.add_option("--rope-angles", a.rope_angles,
