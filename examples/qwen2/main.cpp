@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "checkpoint.hpp"
+#include "demo_prompt.hpp"
 #include "generate.hpp"
 #include "model.hpp"
 #include "model_files.hpp"
@@ -47,65 +48,6 @@ namespace {
 
 using amc::qwen2::GeneratedToken;
 using amc::qwen2::GenerationResult;
-
-/// The demo's default prompt, Python code (what the repository's checkpoints were trained on;
-/// Qwen2-0.5B continues it too): 298 tokens with Qwen2's tokenizer and 1285 with the byte-level
-/// one of data/qwen2-tiny and data/qwen2-retrieval, so the context outgrows the default sparse
-/// support of 193 positions. A record set in the first lines, REPORT_KEY = "60417", is asked
-/// for again in the last one: the right continuation has to retrieve it from about 1200 bytes
-/// back, which a model that retrieves by content does with dense attention, and a sparse
-/// selection does only if it picks the block that holds the value.
-constexpr std::string_view kDemoKey = "REPORT_KEY = \"";
-constexpr std::string_view kDemoValue = "60417";
-constexpr const char* kDemoPrompt = R"(import collections
-
-REPORT_KEY = "60417"
-
-
-class LineCounter:
-    """Counts the lines of text files, by extension."""
-
-    def __init__(self, extensions):
-        self.extensions = tuple(extensions)
-        self.counts = collections.Counter()
-        self.skipped = []
-
-    def add_file(self, path):
-        if not path.endswith(self.extensions):
-            self.skipped.append(path)
-            return 0
-        with open(path, encoding="utf-8") as f:
-            lines = sum(1 for _ in f)
-        extension = path.rsplit(".", 1)[-1]
-        self.counts[extension] += lines
-        return lines
-
-    def total(self):
-        return sum(self.counts.values())
-
-    def report(self):
-        for extension, lines in self.counts.most_common():
-            print(f"{extension}: {lines} lines")
-        if self.skipped:
-            print(f"skipped {len(self.skipped)} files")
-
-
-def count_lines(paths, extensions=(".py", ".txt")):
-    counter = LineCounter(extensions)
-    for path in paths:
-        counter.add_file(path)
-    counter.report()
-    return counter.total()
-
-
-def most_common_extension(paths, extensions=(".py", ".txt")):
-    counter = LineCounter(extensions)
-    for path in paths:
-        counter.add_file(path)
-    return counter.counts.most_common(1)[0][0]
-
-
-REPORT_KEY = ")";
 
 struct Arguments {
   std::string model;
@@ -354,20 +296,19 @@ class RetainedMassPerLayer {
   std::vector<std::int64_t> count_;
 };
 
-/// What a continuation of the demo's prompt gives as REPORT_KEY's value: its bytes up to the
-/// closing quote or the end of the line (or all of them, when neither comes).
-std::string demo_answer(const amc::qwen2::Tokenizer* tokenizer, const GenerationResult& result) {
+/// The text of a continuation's first tokens (enough to hold the demo's answer).
+std::string continuation_text(const amc::qwen2::Tokenizer* tokenizer,
+                              const GenerationResult& result) {
   std::string text;
-  for (const GeneratedToken& t : result.tokens) {
-    text += token_text(tokenizer, t.token);
-    if (text.find_first_of("\"\n") != std::string::npos) break;
+  for (std::size_t i = 0; i < result.tokens.size() && i < 16; ++i) {
+    text += token_text(tokenizer, result.tokens[i].token);
   }
-  return text.substr(0, text.find_first_of("\"\n"));
+  return text;
 }
 
 int run_demo(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
              const amc::qwen2::Tokenizer* tokenizer, const std::vector<std::int32_t>& prompt,
-             bool demo_prompt) {
+             const std::optional<amc::qwen2::DemoPrompt>& demo_prompt) {
   const amc::qwen2::Config& c = checkpoint.config();
   std::printf(
       "amc-qwen2 demo: %s (%s, %lld layers, hidden %lld, %lld query heads sharing %lld KV "
@@ -445,17 +386,15 @@ int run_demo(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
               results[1].decode_tokens_per_s());
   if (demo_prompt) {
     // The question the default prompt ends with, and whether each run found the answer.
-    const std::string dense_answer = demo_answer(tokenizer, results[0]);
-    const std::string sparse_answer = demo_answer(tokenizer, results[1]);
-    const auto verdict = [](const std::string& answer) {
-      return answer == kDemoValue ? "found it" : "missed it";
+    const std::string dense_answer = demo_prompt->answer(continuation_text(tokenizer, results[0]));
+    const std::string sparse_answer = demo_prompt->answer(continuation_text(tokenizer, results[1]));
+    const auto verdict = [&](const std::string& answer) {
+      return answer == demo_prompt->value ? "found it" : "missed it";
     };
-    std::printf(
-        "\nthe prompt sets %.*s%.*s\" in its third line and asks for it again in its last: "
-        "dense answered \"%s\" (%s), sparse \"%s\" (%s)\n",
-        static_cast<int>(kDemoKey.size()), kDemoKey.data(), static_cast<int>(kDemoValue.size()),
-        kDemoValue.data(), dense_answer.c_str(), verdict(dense_answer), sparse_answer.c_str(),
-        verdict(sparse_answer));
+    std::printf("\nthe prompt %.*s: dense answered \"%s\" (%s), sparse \"%s\" (%s)\n",
+                static_cast<int>(demo_prompt->where.size()), demo_prompt->where.data(),
+                dense_answer.c_str(), verdict(dense_answer), sparse_answer.c_str(),
+                verdict(sparse_answer));
   }
   return 0;
 }
@@ -474,6 +413,15 @@ int run(const Arguments& a) {
     fail(amc::qwen2::model_tokenizer_source(model).string() +
          ": file not found (needed to encode the prompt)");
   }
+  // Without a prompt, the demo's: English in a chat for a model whose tokenizer speaks ChatML
+  // (SmolLM2-Instruct, Qwen's chat models), else Python code (demo_prompt.hpp).
+  std::optional<amc::qwen2::DemoPrompt> demo_prompt;
+  if (a.demo && !a.prompt && !a.prompt_ids) {
+    demo_prompt = tokenizer->token_id("<|im_start|>") && tokenizer->token_id("<|im_end|>") &&
+                          checkpoint.format() == amc::qwen2::CheckpointFormat::gguf
+                      ? amc::qwen2::chat_demo_prompt()
+                      : amc::qwen2::code_demo_prompt();
+  }
   std::vector<std::int32_t> prompt;
   if (a.prompt_ids) {
     prompt = parse_ids(*a.prompt_ids, checkpoint.config().vocab_size);
@@ -481,7 +429,7 @@ int run(const Arguments& a) {
     // As Hugging Face's tokenizer(prompt) encodes it: inside the post-processor's template, so
     // a Llama 3.1/3.2 prompt starts with <|begin_of_text|> as the model was trained to see;
     // Qwen's files (and byte-level ones) add nothing.
-    prompt = tokenizer->encode_with_special_tokens(a.prompt ? *a.prompt : std::string(kDemoPrompt));
+    prompt = tokenizer->encode_with_special_tokens(a.prompt ? *a.prompt : demo_prompt->text);
     if (prompt.empty()) fail("--prompt: the prompt encodes to no tokens");
     for (const std::int32_t id : prompt) {
       if (id >= checkpoint.config().vocab_size) {
@@ -492,7 +440,6 @@ int run(const Arguments& a) {
     }
   }
   const amc::qwen2::Tokenizer* t = tokenizer ? &*tokenizer : nullptr;
-  const bool demo_prompt = !a.prompt && !a.prompt_ids;
   return a.demo ? run_demo(a, checkpoint, t, prompt, demo_prompt)
                 : run_generate(a, checkpoint, t, prompt);
 }
