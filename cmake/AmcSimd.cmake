@@ -47,6 +47,13 @@ function(amc_add_simd_kernels target)
         list(APPEND flag_list -Wno-maybe-uninitialized -Wno-uninitialized)
       endif()
       set_source_files_properties(${source} PROPERTIES COMPILE_OPTIONS "${flag_list}")
+      # The GGUF dequantization kernels of the same instruction set, where amc has them
+      # (src/gguf_quants_kernels.hpp, compiled once per set; src/gguf_quants.cpp chooses).
+      set(dequant_source src/gguf_quants_${name}.cpp)
+      if(EXISTS ${PROJECT_SOURCE_DIR}/${dequant_source})
+        target_sources(${target} PRIVATE ${dequant_source})
+        set_source_files_properties(${dequant_source} PROPERTIES COMPILE_OPTIONS "${flag_list}")
+      endif()
       string(TOUPPER ${name} upper)
       target_compile_definitions(${target} PRIVATE AMC_KERNELS_${upper}=1)
       message(STATUS "amc: kernel variant ${name} (${flags})")

@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -100,7 +102,7 @@ enum class GgmlType : std::uint32_t {
 /// The layout of one ggml type: elements per block and bytes per block (1 and the element size
 /// for the plain types F32, F16, BF16, I8 ... F64).
 struct GgmlTypeLayout {
-  std::string_view name;   ///< as ggml spells it: "F32", "Q4_1", "Q6_K", ...
+  std::string_view name;  ///< as ggml spells it: "F32", "Q4_1", "Q6_K", ...
   std::int64_t block_elements;
   std::int64_t block_bytes;
 };
@@ -137,7 +139,10 @@ struct GgufTensorInfo {
 /// open() maps the file (POSIX mmap, read-only, private) and from_bytes() takes an in-memory
 /// image; both validate the whole header before returning, so every accessor afterwards stays
 /// inside the file. Validation, each violation an amc::error "amc::GgufFile::open: <file>:
-/// <what> (byte offset <offset>)" naming the field and the value: the magic; version 2 or 3;
+/// <what> (byte offset <offset>)" naming the field and the value (from_bytes: "amc::GgufFile::
+/// from_bytes: <source name>: ...", as SafetensorsFile does): the magic; version 2 or 3 (1 is
+/// refused by name: its counts and lengths are 32-bit; a byte-swapped version is refused as a
+/// big-endian file);
 /// tensor and metadata counts each at most what the remaining bytes could hold; every string
 /// length and array length within the remaining bytes (no allocation is sized by a count
 /// before the bytes it implies were found to exist); keys valid UTF-8, not empty, unique;
@@ -145,7 +150,14 @@ struct GgufTensorInfo {
 /// present, a uint32 power of two; tensor names unique, 1 to 4 dimensions each in [1, 2^62],
 /// their product (and byte size) without overflow, a known ggml type, the innermost dimension
 /// a multiple of the type's block; offsets multiples of the alignment, each tensor inside the
-/// file and no two overlapping. A truncated file is refused wherever it ends.
+/// file and no two overlapping; the padding before the data section present. A truncated file
+/// is refused wherever it ends. Boolean values must be 0 or 1. Metadata string values and
+/// tensor names are taken as bytes (tokenizer vocabularies hold pieces of UTF-8 characters);
+/// messages print their unprintable bytes as \xNN. Gaps between tensors and bytes after the
+/// last one are allowed (gguf-py reads such files), as is any order of the offsets.
+///
+/// Memory: every metadata element is a GgufValue (about 56 bytes however small the element),
+/// so a file of N bytes of uint8 arrays costs up to about 56 N bytes parsed.
 ///
 /// If another process truncates a mapped file, reading the lost pages raises SIGBUS, as with
 /// any mmap-based reader. A moved-from file is empty (no tensors, no metadata).
@@ -155,8 +167,7 @@ class GgufFile {
   static GgufFile open(const std::filesystem::path& path);
   /// Validates and takes ownership of an in-memory file image; `source_name` stands in for the
   /// file name in error messages.
-  static GgufFile from_bytes(std::vector<std::uint8_t> bytes,
-                             std::string source_name = "<memory>");
+  static GgufFile from_bytes(std::vector<std::uint8_t> bytes, std::string source_name = "<memory>");
 
   GgufFile(GgufFile&& other) noexcept;
   GgufFile& operator=(GgufFile&& other) noexcept;
@@ -173,14 +184,14 @@ class GgufFile {
   std::uint64_t data_offset() const noexcept { return data_offset_; }
 
   /// Metadata in file order.
-  std::span<const std::pair<std::string, GgufValue>> metadata() const noexcept {
-    return metadata_;
-  }
+  std::span<const std::pair<std::string, GgufValue>> metadata() const noexcept { return metadata_; }
   /// The value of `key`, or nullptr.
   const GgufValue* find_value(std::string_view key) const noexcept;
 
-  // Typed getters. Each throws amc::error "amc::GgufFile: <file>: metadata '<key>' ..." naming
-  // the key and, for a value of another type, the stored type and the one expected.
+  // Typed getters. Each throws amc::error "amc::GgufFile::<getter>: <file>: metadata '<key>'
+  // ..." naming the key and, for a value of another type, the stored type and the one
+  // expected. The optional_ getters return nullopt for an absent key and throw for a present
+  // one of another type; the others throw for an absent key too.
   /// The value of an integer key (any of the 8 integer types), range-checked into int64.
   std::int64_t integer(std::string_view key) const;
   std::optional<std::int64_t> optional_integer(std::string_view key) const;
@@ -222,6 +233,9 @@ class GgufFile {
   std::uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, GgufValue>> metadata_;
   std::vector<GgufTensorInfo> tensors_;
+  // name -> position in metadata_ / tensors_ (find_value() and find() in O(log n)).
+  std::map<std::string, std::size_t, std::less<>> metadata_index_;
+  std::map<std::string, std::size_t, std::less<>> tensor_index_;
 };
 
 /// A tensor to write: its name, type, shape (outermost first) and bytes (exactly the type's

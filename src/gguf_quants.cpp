@@ -1,0 +1,102 @@
+// Dequantization of ggml types: argument checks and the choice of kernel table. The loops are
+// in gguf_quants_kernels.hpp, compiled once per instruction set.
+#include "amc/io/gguf_quants.hpp"
+
+#include <optional>
+#include <string>
+
+#include "amc/error.hpp"
+#include "amc/kernels/kernel_table.hpp"
+#include "gguf_quants_registry.hpp"
+
+namespace amc {
+namespace {
+
+std::optional<dequant::Kind> kind_of(GgmlType type) {
+  switch (type) {
+    case GgmlType::F32:
+      return dequant::Kind::F32;
+    case GgmlType::F16:
+      return dequant::Kind::F16;
+    case GgmlType::BF16:
+      return dequant::Kind::BF16;
+    case GgmlType::Q4_0:
+      return dequant::Kind::Q4_0;
+    case GgmlType::Q4_1:
+      return dequant::Kind::Q4_1;
+    case GgmlType::Q5_0:
+      return dequant::Kind::Q5_0;
+    case GgmlType::Q5_1:
+      return dequant::Kind::Q5_1;
+    case GgmlType::Q8_0:
+      return dequant::Kind::Q8_0;
+    case GgmlType::Q4_K:
+      return dequant::Kind::Q4_K;
+    case GgmlType::Q5_K:
+      return dequant::Kind::Q5_K;
+    case GgmlType::Q6_K:
+      return dequant::Kind::Q6_K;
+    default:
+      return std::nullopt;
+  }
+}
+
+/// The table of the instruction set the operators use (amc::kernels::active(), which honours
+/// AMC_KERNELS); SSE2 and NEON use the baseline build, which the compiler vectorises for them.
+const dequant::DequantTable& choose_table() {
+  [[maybe_unused]] const std::string_view active = kernels::active().name;
+#if AMC_KERNELS_AVX512
+  if (active == "avx512") return dequant::dequant_avx512_table();
+#endif
+#if AMC_KERNELS_AVX2
+  if (active == "avx2" || active == "avx512") return dequant::dequant_avx2_table();
+#endif
+  return dequant::dequant_scalar_table();
+}
+
+const dequant::DequantTable& table() {
+  static const dequant::DequantTable& chosen = choose_table();
+  return chosen;
+}
+
+/// Checks the arguments and returns the kernel index and the block count.
+std::pair<std::size_t, std::size_t> check(GgmlType type, std::size_t in_bytes, std::size_t out_size,
+                                          const char* out_type) {
+  constexpr const char* where = "amc::dequantize";
+  const std::optional<dequant::Kind> kind = kind_of(type);
+  const std::optional<GgmlTypeLayout> layout = ggml_type_layout(static_cast<std::uint32_t>(type));
+  AMC_CHECK(kind.has_value() && layout.has_value(), where, "type ",
+            layout ? std::string(layout->name)
+                   : "number " + std::to_string(static_cast<std::uint32_t>(type)),
+            " is not implemented (dequantize takes F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
+            "Q4_K, Q5_K and Q6_K)");
+  const auto block_elements = static_cast<std::size_t>(layout->block_elements);
+  const auto block_bytes = static_cast<std::size_t>(layout->block_bytes);
+  AMC_CHECK(out_size % block_elements == 0, where, layout->name, ": the output holds ", out_size,
+            " ", out_type, " values, not a multiple of the block of ", block_elements, " elements");
+  const std::size_t blocks = out_size / block_elements;
+  // blocks * block_bytes cannot overflow: it is at most 4 bytes per element (F32) of an
+  // output that exists in memory.
+  AMC_CHECK(in_bytes == blocks * block_bytes, where, layout->name, ": ", in_bytes,
+            " bytes of blocks given but ", out_size, " elements need ", blocks, " blocks of ",
+            block_bytes, " bytes = ", blocks * block_bytes);
+  return {static_cast<std::size_t>(*kind), blocks};
+}
+
+}  // namespace
+
+bool can_dequantize(GgmlType type) noexcept { return kind_of(type).has_value(); }
+
+void dequantize(GgmlType type, std::span<const std::byte> blocks, std::span<float> out) {
+  const auto [kind, count] = check(type, blocks.size(), out.size(), "f32");
+  if (count == 0) return;
+  table().to_f32[kind](blocks.data(), out.data(), count);
+}
+
+void dequantize(GgmlType type, std::span<const std::byte> blocks, std::span<bf16> out) {
+  const auto [kind, count] = check(type, blocks.size(), out.size(), "bf16");
+  if (count == 0) return;
+  table().to_bf16[kind](blocks.data(), out.data(), count);
+}
+
+}  // namespace amc

@@ -1,0 +1,37 @@
+// The dequantization kernels of gguf_quants.cpp, one table per instruction set (the same
+// plain loops compiled with each set's flags, src/gguf_quants_kernels.hpp), chosen to match the
+// operators' kernel table (amc::kernels::active(), so AMC_KERNELS picks these too).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "amc/storage.hpp"
+
+namespace amc::dequant {
+
+/// The types dequantize() implements, in table order.
+enum class Kind : std::uint8_t { F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K };
+inline constexpr std::size_t kKinds = 11;
+
+/// Kernels over whole blocks (elements, for F32, F16 and BF16): `blocks` in, the block size
+/// times as many values out. The input may have any alignment.
+using F32Kernel = void (*)(const std::byte* in, float* out, std::size_t blocks);
+using Bf16Kernel = void (*)(const std::byte* in, bf16* out, std::size_t blocks);
+
+struct DequantTable {
+  std::string_view name;  ///< "scalar" (the baseline flags), "avx2", "avx512"
+  F32Kernel to_f32[kKinds] = {};
+  Bf16Kernel to_bf16[kKinds] = {};
+};
+
+const DequantTable& dequant_scalar_table();
+#if AMC_KERNELS_AVX2
+const DequantTable& dequant_avx2_table();
+#endif
+#if AMC_KERNELS_AVX512
+const DequantTable& dequant_avx512_table();
+#endif
+
+}  // namespace amc::dequant
