@@ -283,7 +283,7 @@ TEST_CASE("a GGUF file computes what the safetensors checkpoint of its values co
       CHECK(gguf.config().o_bias == reference.config().o_bias);
       CHECK(gguf.config().qk_norm == reference.config().qk_norm);
       CHECK(gguf.config().tie_word_embeddings == reference.weights().tied);
-      CHECK(gguf.config().rope_theta == Catch::Approx(reference.config().rope_theta).epsilon(1e-7));
+      CHECK(gguf.config().rope_theta == Approx(reference.config().rope_theta).epsilon(1e-7));
       CHECK(gguf.stored_types().find(storage == Storage::f32    ? "F32"
                                      : storage == Storage::q8_0 ? "Q8_0"
                                                                 : "Q4_0") != std::string::npos);
@@ -298,7 +298,9 @@ TEST_CASE("a GGUF file computes what the safetensors checkpoint of its values co
       CHECK(reference_bf16.weight_dtype() == amc::StorageType::bf16);
       CHECK(run_logits(gguf_bf16) == run_logits(reference_bf16));
       // In ordinary memory instead of huge pages: the same bytes.
-      const Checkpoint mapped = Checkpoint::load(files.gguf, {.weights = WeightMemory::mapped});
+      LoadOptions in_ordinary_pages;
+      in_ordinary_pages.weights = WeightMemory::mapped;
+      const Checkpoint mapped = Checkpoint::load(files.gguf, in_ordinary_pages);
       CHECK(mapped.weight_memory() == WeightMemory::mapped);
       CHECK(run_logits(mapped) == run_logits(gguf_bf16));
     }
@@ -342,46 +344,45 @@ TEST_CASE("a GGUF file's config comes from its metadata, and what is not impleme
   auto erase = [](Metadata& m, const std::string& key) {
     std::erase_if(m, [&](const auto& kv) { return kv.first == key; });
   };
-  using Catch::Matchers::ContainsSubstring;
   REQUIRE_THROWS_WITH(
       Checkpoint::load(refused([&](Metadata& m) { set(m, "general.architecture", str("gemma")); })),
-      ContainsSubstring("general.architecture 'gemma' is not supported"));
+      AMC_CONTAINS("general.architecture 'gemma' is not supported"));
   REQUIRE_THROWS_WITH(
       Checkpoint::load(refused([&](Metadata& m) { erase(m, "llama.block_count"); })),
-      ContainsSubstring("metadata 'llama.block_count' is missing"));
+      AMC_CONTAINS("metadata 'llama.block_count' is missing"));
   REQUIRE_THROWS_WITH(
       Checkpoint::load(refused([&](Metadata& m) { set(m, "llama.block_count", str("two")); })),
-      ContainsSubstring("llama.block_count"));
+      AMC_CONTAINS("llama.block_count"));
   REQUIRE_THROWS_WITH(
       Checkpoint::load(refused([&](Metadata& m) { set(m, "llama.block_count", u32(0)); })),
-      ContainsSubstring("'llama.block_count' = 0 is outside"));
+      AMC_CONTAINS("'llama.block_count' = 0 is outside"));
   REQUIRE_THROWS_WITH(Checkpoint::load(refused(
                           [&](Metadata& m) { set(m, "llama.rope.scaling.type", str("yarn")); })),
-                      ContainsSubstring("'llama.rope.scaling.type' = 'yarn' is not supported"));
+                      AMC_CONTAINS("'llama.rope.scaling.type' = 'yarn' is not supported"));
   REQUIRE_THROWS_WITH(
       Checkpoint::load(refused([&](Metadata& m) { set(m, "llama.rope.dimension_count", u32(8)); })),
-      ContainsSubstring("partial RoPE is not supported"));
+      AMC_CONTAINS("partial RoPE is not supported"));
   REQUIRE_THROWS_WITH(
       Checkpoint::load(refused([&](Metadata& m) { set(m, "llama.expert_count", u32(8)); })),
-      ContainsSubstring("mixture-of-experts"));
+      AMC_CONTAINS("mixture-of-experts"));
   REQUIRE_THROWS_WITH(Checkpoint::load(refused(
                           [&](Metadata& m) { set(m, "llama.attention.head_count_kv", u32(3)); })),
-                      ContainsSubstring("does not divide"));
+                      AMC_CONTAINS("does not divide"));
   REQUIRE_THROWS_WITH(
       Checkpoint::load(refused([&](Metadata& m) { set(m, "llama.vocab_size", u32(7)); })),
-      ContainsSubstring("'llama.vocab_size' = 7 disagrees"));
+      AMC_CONTAINS("'llama.vocab_size' = 7 disagrees"));
   REQUIRE_THROWS_WITH(Checkpoint::load(refused([&](Metadata& m) {
                         set(m, "tokenizer.ggml.eos_token_id", u32(1u << 30));
                       })),
-                      ContainsSubstring("eos_token_id' = 1073741824 is outside the vocabulary"));
+                      AMC_CONTAINS("eos_token_id' = 1073741824 is outside the vocabulary"));
   REQUIRE_THROWS_WITH(Checkpoint::load(refused([&](Metadata& m) {
                         set(m, "llama.attention.layer_norm_rms_epsilon", f32(-1));
                       })),
-                      ContainsSubstring("must be in (0, 1)"));
+                      AMC_CONTAINS("must be in (0, 1)"));
   // Options.
   const fs::path good = refused({});
   REQUIRE_THROWS_WITH(Checkpoint::load(good, {.weight_dtype = amc::StorageType::f16}),
-                      ContainsSubstring("options.weight_dtype is f16; expected bf16 or f32"));
+                      AMC_CONTAINS("options.weight_dtype is f16; expected bf16 or f32"));
   CHECK(is_gguf_file(good));
   CHECK_FALSE(is_gguf_file(dir / "st"));
   CHECK_FALSE(is_gguf_file(dir / "st" / "config.json"));
@@ -389,7 +390,6 @@ TEST_CASE("a GGUF file's config comes from its metadata, and what is not impleme
 
 TEST_CASE("a GGUF file whose tensors disagree with its config is refused by tensor name",
           "[gguf][qwen2]") {
-  using Catch::Matchers::ContainsSubstring;
   TempDir dir("gguf_tensors");
   write_synthetic_checkpoint(dir / "st", gguf_family_spec(Architecture::qwen2));
   const Converted files = convert(dir / "st", dir.path(), Storage::f32);
@@ -402,7 +402,7 @@ TEST_CASE("a GGUF file whose tensors disagree with its config is refused by tens
       tensors.push_back({t.name, t.type, t.shape, good.bytes(t)});
     }
     edit(tensors);
-    const fs::path out = dir / ("t" + std::to_string(n++) + ".gguf");
+    const fs::path out = dir / std::string("t").append(std::to_string(n++)).append(".gguf");
     std::vector<std::pair<std::string, GgufValue>> meta(good.metadata().begin(),
                                                         good.metadata().end());
     amc::write_gguf(out, meta, tensors);
@@ -414,39 +414,38 @@ TEST_CASE("a GGUF file whose tensors disagree with its config is refused by tens
                         std::erase_if(
                             t, [](const auto& x) { return x.name == "blk.1.ffn_up.weight"; });
                       })),
-                      ContainsSubstring("tensor 'blk.1.ffn_up.weight' is missing"));
+                      AMC_CONTAINS("tensor 'blk.1.ffn_up.weight' is missing"));
   REQUIRE_THROWS_WITH(Checkpoint::load(rewritten([](auto& t) {
                         std::erase_if(t,
                                       [](const auto& x) { return x.name == "blk.0.attn_k.bias"; });
                       })),
-                      ContainsSubstring("tensor 'blk.0.attn_k.bias' is missing"));
+                      AMC_CONTAINS("tensor 'blk.0.attn_k.bias' is missing"));
   REQUIRE_THROWS_WITH(Checkpoint::load(rewritten([&](auto& t) {
                         t.push_back({"rope_freqs.weight", GgmlType::F32, {64}, extra_bytes});
                       })),
-                      ContainsSubstring("'rope_freqs.weight' (RoPE frequency factors"));
+                      AMC_CONTAINS("'rope_freqs.weight' (RoPE frequency factors"));
   REQUIRE_THROWS_WITH(
       Checkpoint::load(rewritten([&](auto& t) {
         t.push_back({"blk.0.attn_q_norm.weight", GgmlType::F32, {16}, extra_bytes.first(64)});
       })),
-      ContainsSubstring("tensor 'blk.0.attn_q_norm.weight' is present"));
+      AMC_CONTAINS("tensor 'blk.0.attn_q_norm.weight' is present"));
   REQUIRE_THROWS_WITH(Checkpoint::load(rewritten([&](auto& t) {
                         t.push_back({"blk.9.mystery.weight", GgmlType::F32, {64}, extra_bytes});
                       })),
-                      ContainsSubstring("tensor 'blk.9.mystery.weight' is not part of the"));
-  REQUIRE_THROWS_WITH(
-      Checkpoint::load(rewritten([](auto& t) {
-        for (auto& x : t) {
-          if (x.name == "blk.0.ffn_norm.weight") {
-            x.shape = {32};
-            x.data = x.data.first(128);
-          }
-        }
-      })),
-      ContainsSubstring("tensor 'blk.0.ffn_norm.weight' has shape [32], expected [64]"));
+                      AMC_CONTAINS("tensor 'blk.9.mystery.weight' is not part of the"));
+  REQUIRE_THROWS_WITH(Checkpoint::load(rewritten([](auto& t) {
+                        for (auto& x : t) {
+                          if (x.name == "blk.0.ffn_norm.weight") {
+                            x.shape = {32};
+                            x.data = x.data.first(128);
+                          }
+                        }
+                      })),
+                      AMC_CONTAINS("tensor 'blk.0.ffn_norm.weight' has shape [32], expected [64]"));
   REQUIRE_THROWS_WITH(Checkpoint::load(rewritten([](auto& t) {
                         for (auto& x : t) {
                           if (x.name == "blk.0.ffn_norm.weight") x.type = GgmlType::I32;
                         }
                       })),
-                      ContainsSubstring("tensor 'blk.0.ffn_norm.weight' has type I32"));
+                      AMC_CONTAINS("tensor 'blk.0.ffn_norm.weight' has type I32"));
 }

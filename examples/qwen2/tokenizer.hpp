@@ -10,6 +10,10 @@
 #include <string_view>
 #include <vector>
 
+namespace amc {
+class GgufFile;
+}
+
 namespace amc::qwen2 {
 
 /// Encodes and decodes exactly as a byte-level BPE tokenizer.json says (Qwen2, Qwen2.5, Qwen3,
@@ -41,6 +45,8 @@ class Tokenizer {
   /// Same, from the JSON text; `source` names it in errors.
   static Tokenizer from_json(std::string_view json_text,
                              const std::string& source = "tokenizer.json");
+  /// The tokenizer a GGUF file's metadata describes (tokenizer.ggml.*).
+  static Tokenizer from_gguf(const GgufFile& file);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
