@@ -1,0 +1,132 @@
+// The one real pretrained model amc runs, SmolLM2-135M-Instruct (Q4_1 GGUF, fetched by
+// scripts/fetch-model into the model cache; AMC_REAL_MODEL_FILE is its path): the file loads
+// with the shape its model card states, its tokenizer round-trips English text and speaks the
+// chat template, greedy decoding with sparse attention whose support covers every position is
+// dense decoding, and dense decoding retrieves the demo's value from far back in a real prompt.
+// The forward pass itself is checked against an independent float64 reference in
+// tests/tools/test_gguf_forward.py. Without the file every test here fails, naming the script.
+#include <amc/io/gguf.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "catch.hpp"
+#include "qwen2/checkpoint.hpp"
+#include "qwen2/demo_prompt.hpp"
+#include "qwen2/generate.hpp"
+#include "qwen2/model.hpp"
+#include "qwen2/model_files.hpp"
+#include "qwen2/tokenizer.hpp"
+
+namespace {
+
+using namespace amc::qwen2;
+
+const std::filesystem::path kModel = AMC_REAL_MODEL_FILE;
+
+/// The model file, or a failed test that says how to get it.
+const std::filesystem::path& model_file() {
+  if (!std::filesystem::exists(kModel)) {
+    FAIL(kModel.string() << " not found: scripts/fetch-model fetches it (scripts/quickstart test "
+                            "runs it before the tests)");
+  }
+  return kModel;
+}
+
+const Checkpoint& checkpoint() {
+  static const Checkpoint c = [] {
+    const auto start = std::chrono::steady_clock::now();
+    Checkpoint loaded = Checkpoint::load(model_file());
+    std::printf("test_real_model: %s loaded (dequantized to bf16) in %.3f s\n",
+                kModel.filename().string().c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return loaded;
+  }();
+  return c;
+}
+
+const Tokenizer& tokenizer() {
+  static const Tokenizer t = *load_model_tokenizer(model_file());
+  return t;
+}
+
+std::vector<std::int32_t> greedy(const Checkpoint& c, const std::vector<std::int32_t>& prompt,
+                                 std::int64_t tokens, const SessionOptions& options) {
+  Session session(c, options);
+  GenerationOptions g;
+  g.max_tokens = tokens;
+  g.stop_token = -1;
+  const GenerationResult result = generate(session, prompt, g);
+  std::vector<std::int32_t> ids;
+  for (const GeneratedToken& t : result.tokens) ids.push_back(t.token);
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("SmolLM2-135M-Instruct loads from its GGUF file with its published shape", "[real]") {
+  const Config& c = checkpoint().config();
+  // The model card's numbers (HuggingFaceTB/SmolLM2-135M-Instruct, config.json).
+  CHECK(c.architecture == Architecture::llama);
+  CHECK(c.num_hidden_layers == 30);
+  CHECK(c.hidden_size == 576);
+  CHECK(c.intermediate_size == 1536);
+  CHECK(c.num_attention_heads == 9);
+  CHECK(c.num_key_value_heads == 3);
+  CHECK(c.head_dim == 64);
+  CHECK(c.vocab_size == 49152);
+  CHECK(c.max_position_embeddings == 8192);
+  CHECK(c.rope_theta == 100000.0);
+  CHECK_FALSE(c.qkv_bias);
+  CHECK(checkpoint().weights().tied);
+  CHECK(checkpoint().format() == CheckpointFormat::gguf);
+  CHECK(checkpoint().weight_dtype() == amc::StorageType::bf16);
+  CHECK(checkpoint().stored_types() == "Q4_1 x210, F32 x61, Q8_0 x1");
+}
+
+TEST_CASE("SmolLM2's tokenizer from the GGUF metadata round-trips text and speaks ChatML",
+          "[real]") {
+  const Tokenizer& t = tokenizer();
+  const std::string text =
+      "The harbour at Kestrel Bay was dug in the last years of the eighteenth century, when the "
+      "fishing fleet had outgrown the shingle beach.\n\n  def f(x):\n      return x ** 2  # 1234567";
+  const std::vector<std::int32_t> ids = t.encode(text);
+  CHECK(ids.size() < text.size() / 2);  // words, not bytes
+  CHECK(t.decode(ids) == text);
+  REQUIRE(t.token_id("<|im_start|>").has_value());
+  const std::vector<std::int32_t> chat = t.encode("<|im_start|>user\nHi<|im_end|>");
+  REQUIRE(chat.size() >= 3);
+  CHECK(chat.front() == *t.token_id("<|im_start|>"));
+  CHECK(chat.back() == *t.token_id("<|im_end|>"));
+  CHECK(checkpoint().config().eos_token_id == *t.token_id("<|im_end|>"));
+}
+
+TEST_CASE("SmolLM2: sparse decoding whose support covers every position is dense decoding",
+          "[real]") {
+  const std::vector<std::int32_t> prompt =
+      tokenizer().encode_with_special_tokens(chat_demo_prompt().text);
+  SessionOptions dense;
+  dense.threads = 2;
+  SessionOptions covering = dense;
+  covering.attention = AttentionMode::sparse;
+  covering.sparse.block_size = 32;
+  covering.sparse.top_k = static_cast<std::int64_t>(prompt.size() + 64) / 32 + 1;
+  const auto dense_ids = greedy(checkpoint(), prompt, 12, dense);
+  CHECK(greedy(checkpoint(), prompt, 12, covering) == dense_ids);
+}
+
+TEST_CASE("SmolLM2 retrieves the demo's value from far back with dense attention", "[real]") {
+  const DemoPrompt demo = chat_demo_prompt();
+  const std::vector<std::int32_t> prompt = tokenizer().encode_with_special_tokens(demo.text);
+  INFO("prompt of " << prompt.size() << " tokens");
+  CHECK(prompt.size() > 600);  // far beyond the default sparse support of 193 positions
+  SessionOptions dense;
+  dense.threads = 2;
+  const auto ids = greedy(checkpoint(), prompt, 6, dense);
+  const std::string continuation = tokenizer().decode(ids);
+  INFO("continuation: " << continuation);
+  CHECK(demo.answer(continuation) == demo.value);
+}
