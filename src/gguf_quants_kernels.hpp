@@ -20,6 +20,10 @@
 #include <string_view>
 #include <type_traits>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "gguf_quants_registry.hpp"
 
 namespace amc::dequant {
@@ -58,8 +62,25 @@ inline bf16 round_bf16(float x) {
   return bf16{static_cast<u16>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet : rounded)};
 }
 
-inline float put(float x, float*) { return x; }
-inline bf16 put(float x, bf16*) { return round_bf16(x); }
+inline float emit_one(float x, float*) { return x; }
+inline bf16 emit_one(float x, bf16*) { return round_bf16(x); }
+
+/// Writes out[i] = value(i) for i < N: directly for f32; for bf16 through an f32 scratch block
+/// in L1, so that both the arithmetic loop and the rounding loop are simple enough to
+/// vectorise at full width.
+template <int N, class Out, class Value>
+inline void emit(Out* __restrict out, const Value& value) {
+  if constexpr (std::is_same_v<Out, float>) {
+    for (int i = 0; i < N; ++i) out[i] = value(i);
+  } else {
+    float scratch[N];
+    for (int i = 0; i < N; ++i) scratch[i] = value(i);
+    for (int i = 0; i < N; ++i) out[i] = round_bf16(scratch[i]);
+  }
+}
+
+/// Plain types are processed in chunks of this many elements (the bf16 scratch block).
+constexpr std::size_t kChunk = 256;
 
 template <class Out>
 void plain_f32(const std::byte* in_bytes, Out* __restrict out, std::size_t n) {
@@ -78,7 +99,13 @@ void plain_f32(const std::byte* in_bytes, Out* __restrict out, std::size_t n) {
 template <class Out>
 void plain_f16(const std::byte* in_bytes, Out* __restrict out, std::size_t n) {
   const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
-  for (std::size_t i = 0; i < n; ++i) out[i] = put(half_to_float(load_u16(in + 2 * i)), out);
+  std::size_t i = 0;
+  for (; i + kChunk <= n; i += kChunk) {
+    emit<static_cast<int>(kChunk)>(out + i, [&](int k) {
+      return half_to_float(load_u16(in + 2 * (i + static_cast<std::size_t>(k))));
+    });
+  }
+  for (; i < n; ++i) out[i] = emit_one(half_to_float(load_u16(in + 2 * i)), out);
 }
 
 template <class Out>
@@ -104,14 +131,13 @@ void q8_0(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
   for (std::size_t b = 0; b < blocks; ++b, in += 34, out += 32) {
     const float d = half_to_float(load_u16(in));
     const auto* __restrict qs = in + 2;
-    for (int j = 0; j < 32; ++j) {
-      out[j] = put(static_cast<float>(static_cast<std::int8_t>(qs[j])) * d, out);
-    }
+    emit<32>(out, [&](int j) { return static_cast<float>(static_cast<std::int8_t>(qs[j])) * d; });
   }
 }
 
-// Q4_0: d, 16 bytes of nibbles; element j is the low nibble of byte j, element j + 16 the high
-// one. y = (q - 8) * d.
+// Q4_0: d, 16 bytes of nibbles; element j is the low nibble of byte j, element j + 16 its high
+// nibble. y = (q - 8) * d. (Written with two stores per byte, not through emit(): a scratch
+// array of unpacked bytes read back at another width stalls store forwarding.)
 template <class Out>
 void q4_0(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
   const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
@@ -119,8 +145,8 @@ void q4_0(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
     const float d = half_to_float(load_u16(in));
     const auto* __restrict qs = in + 2;
     for (int j = 0; j < 16; ++j) {
-      out[j] = put(static_cast<float>((qs[j] & 0x0F) - 8) * d, out);
-      out[j + 16] = put(static_cast<float>((qs[j] >> 4) - 8) * d, out);
+      out[j] = emit_one(static_cast<float>((qs[j] & 0x0F) - 8) * d, out);
+      out[j + 16] = emit_one(static_cast<float>((qs[j] >> 4) - 8) * d, out);
     }
   }
 }
@@ -134,8 +160,8 @@ void q4_1(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
     const float m = half_to_float(load_u16(in + 2));
     const auto* __restrict qs = in + 4;
     for (int j = 0; j < 16; ++j) {
-      out[j] = put(static_cast<float>(qs[j] & 0x0F) * d + m, out);
-      out[j + 16] = put(static_cast<float>(qs[j] >> 4) * d + m, out);
+      out[j] = emit_one(static_cast<float>(qs[j] & 0x0F) * d + m, out);
+      out[j + 16] = emit_one(static_cast<float>(qs[j] >> 4) * d + m, out);
     }
   }
 }
@@ -153,9 +179,9 @@ void q5_0(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
       const u32 high0 = ((qh >> j) << 4) & 0x10u;
       const u32 high1 = (qh >> (j + 12)) & 0x10u;
       const int x0 = static_cast<int>((qs[j] & 0x0Fu) | high0) - 16;
-      const int x1 = static_cast<int>((qs[j] >> 4) | high1) - 16;
-      out[j] = put(static_cast<float>(x0) * d, out);
-      out[j + 16] = put(static_cast<float>(x1) * d, out);
+      const int x1 = static_cast<int>((u32{qs[j]} >> 4) | high1) - 16;
+      out[j] = emit_one(static_cast<float>(x0) * d, out);
+      out[j + 16] = emit_one(static_cast<float>(x1) * d, out);
     }
   }
 }
@@ -173,8 +199,8 @@ void q5_1(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
     for (u32 j = 0; j < 16; ++j) {
       const u32 high0 = ((qh >> j) << 4) & 0x10u;
       const u32 high1 = (qh >> (j + 12)) & 0x10u;
-      out[j] = put(static_cast<float>((qs[j] & 0x0Fu) | high0) * d + m, out);
-      out[j + 16] = put(static_cast<float>((qs[j] >> 4) | high1) * d + m, out);
+      out[j] = emit_one(static_cast<float>((qs[j] & 0x0Fu) | high0) * d + m, out);
+      out[j + 16] = emit_one(static_cast<float>((u32{qs[j]} >> 4) | high1) * d + m, out);
     }
   }
 }
@@ -192,107 +218,398 @@ inline void scale_min_k4(int j, const u8* __restrict q, u8& scale, u8& min) {
   }
 }
 
-// Q4_K: d, dmin, 12 bytes of scales and mins, 128 bytes of nibbles; 4 groups of 64 elements,
-// the low nibbles of 32 bytes (sub-block 2g) then their high nibbles (sub-block 2g + 1).
+/// The 8 sub-block scales d * scale and offsets dmin * min of a Q4_K/Q5_K super-block.
+inline void k4_scales(const u8* __restrict block, float* __restrict dl, float* __restrict ml) {
+  const float d = half_to_float(load_u16(block));
+  const float dmin = half_to_float(load_u16(block + 2));
+  for (int j = 0; j < 8; ++j) {
+    u8 sc = 0, mn = 0;
+    scale_min_k4(j, block + 4, sc, mn);
+    dl[j] = d * static_cast<float>(sc);
+    ml[j] = dmin * static_cast<float>(mn);
+  }
+}
+
+/// The 256 low nibbles of a Q4_K/Q5_K super-block in element order: 4 groups of 64, the low
+/// nibbles of 32 bytes (sub-block 2g) then their high nibbles (sub-block 2g + 1).
+inline void unpack_k_nibbles(const u8* __restrict qs, u8* __restrict q) {
+  for (int g = 0; g < 4; ++g) {
+    for (int l = 0; l < 32; ++l) {
+      q[64 * g + l] = qs[32 * g + l] & 0x0F;
+      q[64 * g + 32 + l] = static_cast<u8>(qs[32 * g + l] >> 4);
+    }
+  }
+}
+
+/// out[32 j + i] = dl[j] * q[32 j + i] - ml[j] over a super-block's 8 sub-blocks.
+template <class Out>
+inline void emit_k4(const u8* __restrict q, const float* dl, const float* ml, Out* __restrict out) {
+  for (int j = 0; j < 8; ++j) {
+    const float d = dl[j], m = ml[j];
+    const u8* __restrict qj = q + 32 * j;
+    emit<32>(out + 32 * j, [&](int i) { return d * static_cast<float>(qj[i]) - m; });
+  }
+}
+
+// Q4_K: d, dmin, 12 bytes of scales and mins, 128 bytes of nibbles.
 // y = d * scale * q - dmin * min.
 template <class Out>
 void q4_k(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
   const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
   for (std::size_t b = 0; b < blocks; ++b, in += 144, out += 256) {
-    const float d = half_to_float(load_u16(in));
-    const float dmin = half_to_float(load_u16(in + 2));
-    const auto* __restrict scales = in + 4;
-    const auto* __restrict q = in + 16;
-    for (int g = 0; g < 4; ++g, q += 32) {
-      u8 sc = 0, mn = 0;
-      scale_min_k4(2 * g, scales, sc, mn);
-      const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
-      scale_min_k4(2 * g + 1, scales, sc, mn);
-      const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(mn);
-      Out* __restrict y = out + 64 * g;
-      for (int l = 0; l < 32; ++l) y[l] = put(d1 * static_cast<float>(q[l] & 0xF) - m1, out);
-      for (int l = 0; l < 32; ++l) y[32 + l] = put(d2 * static_cast<float>(q[l] >> 4) - m2, out);
-    }
+    float dl[8], ml[8];
+    k4_scales(in, dl, ml);
+    u8 q[256];
+    unpack_k_nibbles(in + 16, q);
+    emit_k4(q, dl, ml, out);
   }
 }
 
-// Q5_K: as Q4_K with a fifth bit per element: qh[32], bit 2g of byte l for element l of
-// sub-block 2g, bit 2g + 1 for sub-block 2g + 1.
+// Q5_K: as Q4_K with a fifth bit per element from qh[32]: bit 2g of byte l for element l of
+// sub-block 2g, bit 2g + 1 for element l of sub-block 2g + 1.
 template <class Out>
 void q5_k(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
   const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
   for (std::size_t b = 0; b < blocks; ++b, in += 176, out += 256) {
-    const float d = half_to_float(load_u16(in));
-    const float dmin = half_to_float(load_u16(in + 2));
-    const auto* __restrict scales = in + 4;
+    float dl[8], ml[8];
+    k4_scales(in, dl, ml);
     const auto* __restrict qh = in + 16;
-    const auto* __restrict ql = in + 48;
-    for (int g = 0; g < 4; ++g, ql += 32) {
-      u8 sc = 0, mn = 0;
-      scale_min_k4(2 * g, scales, sc, mn);
-      const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
-      scale_min_k4(2 * g + 1, scales, sc, mn);
-      const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(mn);
-      const u32 shift1 = 2u * static_cast<u32>(g), shift2 = shift1 + 1u;
-      Out* __restrict y = out + 64 * g;
+    u8 q[256];
+    unpack_k_nibbles(in + 48, q);
+    for (int j = 0; j < 8; ++j) {
       for (int l = 0; l < 32; ++l) {
-        const u32 q = (ql[l] & 0xFu) | (((u32{qh[l]} >> shift1) & 1u) << 4);
-        y[l] = put(d1 * static_cast<float>(q) - m1, out);
-      }
-      for (int l = 0; l < 32; ++l) {
-        const u32 q = (u32{ql[l]} >> 4) | (((u32{qh[l]} >> shift2) & 1u) << 4);
-        y[32 + l] = put(d2 * static_cast<float>(q) - m2, out);
+        q[32 * j + l] = static_cast<u8>(q[32 * j + l] | (((qh[l] >> j) & 1) << 4));
       }
     }
+    emit_k4(q, dl, ml, out);
   }
 }
 
 // Q6_K: ql[128] (low 4 bits), qh[64] (high 2 bits), 16 int8 scales, d. Two halves of 128
-// elements; in each, element l + 32k (l < 32, k < 4) takes the low (k < 2) or high nibble of
-// ql[l + 32 (k & 1)] and bits 2k, 2k + 1 of qh[l], scale 2k + l / 16 of the half's 8.
-// y = d * scale * (q - 32).
+// elements; in half h, element l + 32k (l < 32, k < 4) takes the low (k < 2) or high nibble of
+// ql[64h + l + 32 (k & 1)] and bits 2k, 2k + 1 of qh[32h + l]; element e of the super-block has
+// scale e / 16. y = d * scale * (q - 32).
 template <class Out>
 void q6_k(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
   const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
   for (std::size_t b = 0; b < blocks; ++b, in += 210, out += 256) {
     const float d = half_to_float(load_u16(in + 208));
-    for (int half = 0; half < 2; ++half) {
-      const auto* __restrict ql = in + 64 * half;
-      const auto* __restrict qh = in + 128 + 32 * half;
-      const auto* __restrict sc = in + 192 + 8 * half;
-      Out* __restrict y = out + 128 * half;
-      float s[8];
-      for (int k = 0; k < 8; ++k) s[k] = d * static_cast<float>(static_cast<std::int8_t>(sc[k]));
-      for (int part = 0; part < 2; ++part) {  // l in [16 part, 16 part + 16): scale index part
-        for (int i = 0; i < 16; ++i) {
-          const int l = 16 * part + i;
-          const u32 h = qh[l];
-          const int q1 = static_cast<int>((ql[l] & 0xFu) | ((h & 3u) << 4)) - 32;
-          const int q2 = static_cast<int>((ql[l + 32] & 0xFu) | (((h >> 2) & 3u) << 4)) - 32;
-          const int q3 = static_cast<int>((u32{ql[l]} >> 4) | (((h >> 4) & 3u) << 4)) - 32;
-          const int q4 = static_cast<int>((u32{ql[l + 32]} >> 4) | (((h >> 6) & 3u) << 4)) - 32;
-          y[l] = put(s[part] * static_cast<float>(q1), out);
-          y[l + 32] = put(s[part + 2] * static_cast<float>(q2), out);
-          y[l + 64] = put(s[part + 4] * static_cast<float>(q3), out);
-          y[l + 96] = put(s[part + 6] * static_cast<float>(q4), out);
-        }
+    float s[16];
+    for (int k = 0; k < 16; ++k) {
+      s[k] = d * static_cast<float>(static_cast<std::int8_t>(in[192 + k]));
+    }
+    std::int8_t q[256];
+    for (int h = 0; h < 2; ++h) {
+      const auto* __restrict ql = in + 64 * h;
+      const auto* __restrict qh = in + 128 + 32 * h;
+      std::int8_t* __restrict y = q + 128 * h;
+      for (int l = 0; l < 32; ++l) {
+        const u32 high = qh[l];
+        y[l] = static_cast<std::int8_t>(((ql[l] & 0xFu) | ((high & 3u) << 4)) - 32u);
+        y[l + 32] =
+            static_cast<std::int8_t>(((ql[l + 32] & 0xFu) | (((high >> 2) & 3u) << 4)) - 32u);
+        y[l + 64] = static_cast<std::int8_t>(((u32{ql[l]} >> 4) | (((high >> 4) & 3u) << 4)) - 32u);
+        y[l + 96] =
+            static_cast<std::int8_t>(((u32{ql[l + 32]} >> 4) | (((high >> 6) & 3u) << 4)) - 32u);
+      }
+    }
+    for (int k = 0; k < 16; ++k) {
+      const float scale = s[k];
+      const std::int8_t* __restrict qk = q + 16 * k;
+      emit<16>(out + 16 * k, [&](int i) { return scale * static_cast<float>(qk[i]); });
+    }
+  }
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+// --- AVX2 ------------------------------------------------------------------------------------
+// The block types and F16 with AVX2 intrinsics (the avx2 and avx512 translation units): GCC 12
+// vectorises the loops above only at 16-byte width or with store-forwarding stalls (Q4_1 to
+// f32 at 1.4 G elements/s; these run several times faster, bench/bench_gguf.cpp). Same
+// arithmetic, same results: each product is exact, so the FMAs round once as the plain code
+// does.
+
+/// Eight bytes at p (unsigned or signed) as floats.
+inline __m256 u8x8_to_ps(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)); }
+inline __m256 i8x8_to_ps(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)); }
+
+/// 8 floats -> 8 bf16 in the low 16 bits of each 32-bit lane (round_bf16 lane by lane).
+inline __m256i round_bf16_lanes(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i high = _mm256_srli_epi32(u, 16);
+  const __m256i lsb = _mm256_and_si256(high, _mm256_set1_epi32(1));
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+  const __m256i quiet = _mm256_or_si256(high, _mm256_set1_epi32(0x40));
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
+                                         _mm256_set1_epi32(0x7F800000));
+  return _mm256_blendv_epi8(rounded, quiet, nan);
+}
+
+/// Stores 16 values (a: elements 0-7, b: 8-15) as f32 or bf16.
+inline void store16(float* out, __m256 a, __m256 b) {
+  _mm256_storeu_ps(out, a);
+  _mm256_storeu_ps(out + 8, b);
+}
+inline void store16(bf16* out, __m256 a, __m256 b) {
+  // packus interleaves the 128-bit lanes (a0-3 b0-3 a4-7 b4-7); the permute restores order.
+  const __m256i packed = _mm256_packus_epi32(round_bf16_lanes(a), round_bf16_lanes(b));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute4x64_epi64(packed, 0xD8));
+}
+
+/// 32 unsigned quants (bytes 0-31 of q) as f32: y = q * d + m, stored to out[0..32).
+template <class Out>
+inline void emit32_fma(__m256i q, __m256 d, __m256 m, Out* out) {
+  const __m128i low = _mm256_castsi256_si128(q);
+  const __m128i high = _mm256_extracti128_si256(q, 1);
+  store16(out, _mm256_fmadd_ps(u8x8_to_ps(low), d, m),
+          _mm256_fmadd_ps(u8x8_to_ps(_mm_srli_si128(low, 8)), d, m));
+  store16(out + 16, _mm256_fmadd_ps(u8x8_to_ps(high), d, m),
+          _mm256_fmadd_ps(u8x8_to_ps(_mm_srli_si128(high, 8)), d, m));
+}
+
+/// 32 signed quants as f32: y = q * d.
+template <class Out>
+inline void emit32_mul_signed(__m256i q, __m256 d, Out* out) {
+  const __m128i low = _mm256_castsi256_si128(q);
+  const __m128i high = _mm256_extracti128_si256(q, 1);
+  store16(out, _mm256_mul_ps(i8x8_to_ps(low), d),
+          _mm256_mul_ps(i8x8_to_ps(_mm_srli_si128(low, 8)), d));
+  store16(out + 16, _mm256_mul_ps(i8x8_to_ps(high), d),
+          _mm256_mul_ps(i8x8_to_ps(_mm_srli_si128(high, 8)), d));
+}
+
+/// The 32 nibbles of a Q4/Q5 block's 16 bytes in element order (low nibbles, then high).
+inline __m256i nibbles32(const u8* qs) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), mask), _mm_and_si128(raw, mask));
+}
+
+/// Bit j of qh, moved to bit 4 of byte j (j < 32): the fifth bits of a Q5_0/Q5_1 block.
+inline __m256i fifth_bits32(u32 qh) {
+  // Byte j takes byte j / 8 of qh, then keeps bit j % 8 of it.
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)),
+                          _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                           2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+inline __m256i load32(const u8* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+template <class Out>
+void q8_0_avx2(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  for (std::size_t b = 0; b < blocks; ++b, in += 34, out += 32) {
+    emit32_mul_signed(load32(in + 2), _mm256_set1_ps(half_to_float(load_u16(in))), out);
+  }
+}
+
+template <class Out>
+void q4_0_avx2(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  for (std::size_t b = 0; b < blocks; ++b, in += 18, out += 32) {
+    const __m256i q = _mm256_sub_epi8(nibbles32(in + 2), _mm256_set1_epi8(8));
+    emit32_mul_signed(q, _mm256_set1_ps(half_to_float(load_u16(in))), out);
+  }
+}
+
+template <class Out>
+void q4_1_avx2(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  for (std::size_t b = 0; b < blocks; ++b, in += 20, out += 32) {
+    emit32_fma(nibbles32(in + 4), _mm256_set1_ps(half_to_float(load_u16(in))),
+               _mm256_set1_ps(half_to_float(load_u16(in + 2))), out);
+  }
+}
+
+template <class Out>
+void q5_0_avx2(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  for (std::size_t b = 0; b < blocks; ++b, in += 22, out += 32) {
+    u32 qh;
+    std::memcpy(&qh, in + 2, sizeof qh);
+    const __m256i q =
+        _mm256_sub_epi8(_mm256_or_si256(nibbles32(in + 6), fifth_bits32(qh)), _mm256_set1_epi8(16));
+    emit32_mul_signed(q, _mm256_set1_ps(half_to_float(load_u16(in))), out);
+  }
+}
+
+template <class Out>
+void q5_1_avx2(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  for (std::size_t b = 0; b < blocks; ++b, in += 24, out += 32) {
+    u32 qh;
+    std::memcpy(&qh, in + 4, sizeof qh);
+    const __m256i q = _mm256_or_si256(nibbles32(in + 8), fifth_bits32(qh));
+    emit32_fma(q, _mm256_set1_ps(half_to_float(load_u16(in))),
+               _mm256_set1_ps(half_to_float(load_u16(in + 2))), out);
+  }
+}
+
+/// Q4_K and Q5_K: sub-block j's 32 quants in `q` (bytes), y = dl[j] * q - ml[j].
+template <class Out>
+inline void emit32_k4(__m256i q, float dl, float ml, Out* out) {
+  // -(ml) + dl * q: fmadd with the negated offset rounds once, as d1 * q - m1 does.
+  emit32_fma(q, _mm256_set1_ps(dl), _mm256_set1_ps(-ml), out);
+}
+
+template <class Out>
+void q4_k_avx2(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  for (std::size_t b = 0; b < blocks; ++b, in += 144, out += 256) {
+    float dl[8], ml[8];
+    k4_scales(in, dl, ml);
+    for (int g = 0; g < 4; ++g) {
+      const __m256i raw = load32(in + 16 + 32 * g);
+      emit32_k4(_mm256_and_si256(raw, mask), dl[2 * g], ml[2 * g], out + 64 * g);
+      emit32_k4(_mm256_and_si256(_mm256_srli_epi16(raw, 4), mask), dl[2 * g + 1], ml[2 * g + 1],
+                out + 64 * g + 32);
+    }
+  }
+}
+
+template <class Out>
+void q5_k_avx2(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  const __m256i one = _mm256_set1_epi8(1);
+  for (std::size_t b = 0; b < blocks; ++b, in += 176, out += 256) {
+    float dl[8], ml[8];
+    k4_scales(in, dl, ml);
+    const __m256i qh = load32(in + 16);
+    for (int g = 0; g < 4; ++g) {
+      const __m256i raw = load32(in + 48 + 32 * g);
+      // Bit j of each qh byte to bit 4 (16-bit shifts: only bit 0 of each byte is kept).
+      const __m256i h1 = _mm256_slli_epi16(
+          _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), one), 4);
+      const __m256i h2 = _mm256_slli_epi16(
+          _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g + 1)), one), 4);
+      emit32_k4(_mm256_or_si256(_mm256_and_si256(raw, mask), h1), dl[2 * g], ml[2 * g],
+                out + 64 * g);
+      emit32_k4(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), mask), h2),
+                dl[2 * g + 1], ml[2 * g + 1], out + 64 * g + 32);
+    }
+  }
+}
+
+template <class Out>
+void q6_k_avx2(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low2 = _mm256_set1_epi8(0x03);
+  const __m256i bias = _mm256_set1_epi8(32);
+  for (std::size_t b = 0; b < blocks; ++b, in += 210, out += 256) {
+    const float d = half_to_float(load_u16(in + 208));
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = load32(in + 64 * h);
+      const __m256i ql1 = load32(in + 64 * h + 32);
+      const __m256i qh = load32(in + 128 + 32 * h);
+      const __m256i nibble[4] = {_mm256_and_si256(ql0, low4), _mm256_and_si256(ql1, low4),
+                                 _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                 _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4)};
+      for (int k = 0; k < 4; ++k) {
+        const __m256i top = _mm256_slli_epi16(
+            _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), low2), 4);
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibble[k], top), bias);
+        const int scale = 8 * h + 2 * k;  // elements 0-15 of the 32; scale + 1 for 16-31
+        const __m256 s0 =
+            _mm256_set1_ps(d * static_cast<float>(static_cast<std::int8_t>(in[192 + scale])));
+        const __m256 s1 =
+            _mm256_set1_ps(d * static_cast<float>(static_cast<std::int8_t>(in[192 + scale + 1])));
+        const __m128i low = _mm256_castsi256_si128(q);
+        const __m128i high = _mm256_extracti128_si256(q, 1);
+        Out* y = out + 128 * h + 32 * k;
+        store16(y, _mm256_mul_ps(i8x8_to_ps(low), s0),
+                _mm256_mul_ps(i8x8_to_ps(_mm_srli_si128(low, 8)), s0));
+        store16(y + 16, _mm256_mul_ps(i8x8_to_ps(high), s1),
+                _mm256_mul_ps(i8x8_to_ps(_mm_srli_si128(high, 8)), s1));
       }
     }
   }
 }
+
+/// 8 f16 (in the low 16 bits of 32-bit lanes) -> f32, as half_to_float.
+inline __m256 half8_to_ps(__m256i h) {
+  const __m256i rest = _mm256_and_si256(h, _mm256_set1_epi32(0x7FFF));
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x8000)), 16);
+  const __m256i normal =
+      _mm256_add_epi32(_mm256_slli_epi32(rest, 13), _mm256_set1_epi32(0x38000000));
+  const __m256i special = _mm256_cmpgt_epi32(rest, _mm256_set1_epi32(0x7BFF));
+  const __m256i big =
+      _mm256_add_epi32(normal, _mm256_and_si256(special, _mm256_set1_epi32(0x38000000)));
+  const __m256i small =
+      _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(rest), _mm256_set1_ps(0x1p-24f)));
+  const __m256i subnormal = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x0400), rest);
+  return _mm256_castsi256_ps(_mm256_or_si256(_mm256_blendv_epi8(big, small, subnormal), sign));
+}
+
+template <class Out>
+void plain_f16_avx2(const std::byte* in_bytes, Out* __restrict out, std::size_t n) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i + 16));
+    store16(out + i, half8_to_ps(_mm256_cvtepu16_epi32(a)), half8_to_ps(_mm256_cvtepu16_epi32(b)));
+  }
+  for (; i < n; ++i) out[i] = emit_one(half_to_float(load_u16(in + 2 * i)), out);
+}
+#endif  // __AVX2__ && __FMA__
 
 template <class Out>
 using Kernel = void (*)(const std::byte*, Out*, std::size_t);
 
 template <class Out>
 constexpr Kernel<Out> kernel_for(Kind kind) {
+#if defined(__AVX2__) && defined(__FMA__)
+  constexpr bool avx2 = true;
+#else
+  constexpr bool avx2 = false;
+#endif
   switch (kind) {
     case Kind::F32:
       return plain_f32<Out>;
-    case Kind::F16:
-      return plain_f16<Out>;
     case Kind::BF16:
       return plain_bf16<Out>;
+    default:
+      break;
+  }
+  if constexpr (avx2) {
+#if defined(__AVX2__) && defined(__FMA__)
+    switch (kind) {
+      case Kind::F16:
+        return plain_f16_avx2<Out>;
+      case Kind::Q4_0:
+        return q4_0_avx2<Out>;
+      case Kind::Q4_1:
+        return q4_1_avx2<Out>;
+      case Kind::Q5_0:
+        return q5_0_avx2<Out>;
+      case Kind::Q5_1:
+        return q5_1_avx2<Out>;
+      case Kind::Q8_0:
+        return q8_0_avx2<Out>;
+      case Kind::Q4_K:
+        return q4_k_avx2<Out>;
+      case Kind::Q5_K:
+        return q5_k_avx2<Out>;
+      case Kind::Q6_K:
+        return q6_k_avx2<Out>;
+      default:
+        break;
+    }
+#endif
+  }
+  switch (kind) {
+    case Kind::F16:
+      return plain_f16<Out>;
     case Kind::Q4_0:
       return q4_0<Out>;
     case Kind::Q4_1:
@@ -309,6 +626,8 @@ constexpr Kernel<Out> kernel_for(Kind kind) {
       return q5_k<Out>;
     case Kind::Q6_K:
       return q6_k<Out>;
+    default:
+      break;
   }
   return nullptr;
 }
