@@ -158,13 +158,16 @@ amc::qwen2::SessionOptions session_options(const Arguments& a, bool sparse) {
   return o;
 }
 
-/// The KV cache dtype and RoPE angles a session resolved, with what was asked for ("auto" or
-/// the explicit choice): the settings --json records.
-Json resolved_settings(const Arguments& a, const amc::qwen2::Session& session) {
+/// The KV cache dtype, RoPE angles and weight dtype a run resolved, with what was asked for
+/// ("auto" or the explicit choice): the settings --json records.
+Json resolved_settings(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
+                       const amc::qwen2::Session& session) {
   return Json{{"kv_dtype", std::string(amc::to_string(*session.options().kv_dtype))},
               {"kv_dtype_requested", a.kv_dtype},
               {"rope_angles", std::string(amc::qwen2::to_string(*session.options().rope_angles))},
-              {"rope_angles_requested", a.rope_angles}};
+              {"rope_angles_requested", a.rope_angles},
+              {"weight_dtype", std::string(amc::to_string(checkpoint.weight_dtype()))},
+              {"weight_dtype_requested", a.weight_dtype}};
 }
 
 /// "KV cache f32 (auto), RoPE angles exact (auto)" for the text outputs.
@@ -195,7 +198,7 @@ int run_generate(const Arguments& a, const amc::qwen2::Checkpoint& checkpoint,
   g.keep_logits = !a.logits_out.empty();
   if (a.json) {
     Json first{{"prompt_ids", prompt}};
-    first.update(resolved_settings(a, session));
+    first.update(resolved_settings(a, checkpoint, session));
     std::cout << dump(first) << '\n' << std::flush;
   }
   Utf8Stream text;

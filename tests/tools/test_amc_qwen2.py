@@ -138,8 +138,8 @@ def kv_dtype_and_rope_angles(qwen2, bf16_model, f32_model, tmp):
                    "--logits-out", logits, *extra]).stdout.splitlines()
         return json.loads(out[0]) if out else {}, read_file(logits) if os.path.exists(logits) else b""
 
-    def settings(first):
-        return {k: v for k, v in first.items() if k != "prompt_ids"}
+    def settings(first):  # the KV and RoPE settings (the weight dtype's are checked below)
+        return {k: v for k, v in first.items() if k != "prompt_ids" and not k.startswith("weight_dtype")}
 
     # The KV cache: bf16 weights -> bf16, f32 weights -> f32, unless asked otherwise.
     first, auto_f32 = generate(f32_model, "f32_auto")
@@ -155,6 +155,17 @@ def kv_dtype_and_rope_angles(qwen2, bf16_model, f32_model, tmp):
     check(first.get("kv_dtype") == "bf16" and first.get("kv_dtype_requested") == "auto", f"bf16 weights: {first}")
     check(auto_bf16 == generate(bf16_model, "bf16_bf16", "--kv-dtype", "bf16")[1],
           "bf16 weights: --kv-dtype auto differs from --kv-dtype bf16")
+
+    # The weight dtype: as stored unless asked; f32 weights converted to bf16 compute otherwise.
+    check(first.get("weight_dtype") == "bf16" and first.get("weight_dtype_requested") == "auto",
+          f"bf16 weights, --weight-dtype auto: {first}")
+    first, rounded = generate(f32_model, "f32_as_bf16", "--weight-dtype", "bf16", "--kv-dtype", "f32")
+    check(first.get("weight_dtype") == "bf16" and first.get("weight_dtype_requested") == "bf16",
+          f"--weight-dtype bf16: {first}")
+    check(rounded != auto_f32, "f32 weights: --weight-dtype bf16 gives the f32 weights' logits bitwise")
+    first, widened = generate(f32_model, "f32_as_f32", "--weight-dtype", "f32")
+    check(first.get("weight_dtype") == "f32" and widened == auto_f32,
+          f"f32 weights: --weight-dtype f32 differs from auto: {first}")
 
     # RoPE angles: config.json's amc_rope_angles, else transformers.
     config = read_file(os.path.join(bf16_model, "config.json")).decode()
