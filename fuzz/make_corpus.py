@@ -2,12 +2,14 @@
 """Writes the seed corpora of the fuzz targets into fuzz/corpus/<target>/ (Python 3 stdlib only).
 
 usage: fuzz/make_corpus.py SYNTHETIC_TOKENIZER_JSON
+       fuzz/make_corpus.py --gguf-only      (only the fuzz_gguf seeds, which need no input)
 
 SYNTHETIC_TOKENIZER_JSON is amc::qwen2::synthetic_tokenizer_json(260) written to a file (e.g.
 `amc-synth --out DIR --tokenizer-vocab 260 ...` writes it as DIR/tokenizer.json); the tokenizer
 seeds are it and variants of it in the other accepted tokenizer.json shapes. The safetensors seeds come
 from tests/tools/write_safetensors.py (the independent writer of the reader tests) and from
-the q/k/v layout amc-bounds reads. Seeds are small on purpose: libFuzzer mutates them, and
+the q/k/v layout amc-bounds reads. The GGUF seeds come from gguf() below, a writer of the format
+independent of amc's (the reader must take them). Seeds are small on purpose: libFuzzer mutates them, and
 small inputs run fast. Re-running rewrites the same files.
 """
 
@@ -89,6 +91,83 @@ def safetensors_seeds():
     out("fuzz_bounds_input", "qkv_mixed_dtypes",
         safetensors([("k", "F16", [1, 2, 2], f16([1, 0, 0, 1])), ("q", "F32", [2, 2], f32([1, 2, 3, 4])),
                      ("v", "BF16", [1, 2, 2], bf16([0.5, -1, 2, 4]))], {"note": "dumped"}))
+
+
+# --- GGUF --------------------------------------------------------------------------------------
+
+GGUF_TYPES = {"uint8": (0, "<B"), "int8": (1, "<b"), "uint16": (2, "<H"), "int16": (3, "<h"),
+              "uint32": (4, "<I"), "int32": (5, "<i"), "float32": (6, "<f"), "bool": (7, "<?"),
+              "string": (8, None), "array": (9, None), "uint64": (10, "<Q"), "int64": (11, "<q"),
+              "float64": (12, "<d")}
+
+
+def gguf_string(text):
+    raw = text.encode("utf-8") if isinstance(text, str) else text
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def gguf_value(type_name, value):
+    """value: a scalar, a string, or for "array" a pair (element type name, [values])."""
+    if type_name == "string":
+        return gguf_string(value)
+    if type_name == "array":
+        element, items = value
+        return (struct.pack("<IQ", GGUF_TYPES[element][0], len(items)) +
+                b"".join(gguf_value(element, item) for item in items))
+    return struct.pack(GGUF_TYPES[type_name][1], value)
+
+
+def gguf(metadata, tensors, version=3, alignment=32):
+    """metadata: (key, type name, value); tensors: (name, ggml type number, shape outermost
+    first, raw bytes). Tensors laid out in order, each padded to the alignment."""
+    out = struct.pack("<4sIQQ", b"GGUF", version, len(tensors), len(metadata))
+    for key, type_name, value in metadata:
+        out += gguf_string(key) + struct.pack("<I", GGUF_TYPES[type_name][0]) + gguf_value(type_name, value)
+    offset, data = 0, b""
+    for name, ggml_type, shape, raw in tensors:
+        out += gguf_string(name) + struct.pack("<I", len(shape))
+        out += b"".join(struct.pack("<Q", d) for d in reversed(shape))  # ggml's ne: innermost first
+        out += struct.pack("<IQ", ggml_type, offset)
+        data += raw + b"\0" * (-len(raw) % alignment)
+        offset = len(data)
+    out += b"\0" * (-len(out) % alignment)
+    return out + data
+
+
+def gguf_seeds():
+    def block(seed, size):
+        return bytes((i * 37 + seed) & 0xFF for i in range(size))
+
+    def with_scale(raw, block_bytes, at, half=0x3C00):  # every block's f16 scale set to 1.0
+        raw = bytearray(raw)
+        for b in range(0, len(raw), block_bytes):
+            raw[b + at:b + at + 2] = struct.pack("<H", half)
+        return bytes(raw)
+
+    out("fuzz_gguf", "empty_v3", gguf([], []))
+    out("fuzz_gguf", "metadata_every_type_v2", gguf([
+        ("general.architecture", "string", "llama"), ("a.u8", "uint8", 7), ("a.i8", "int8", -7),
+        ("a.u16", "uint16", 700), ("a.i16", "int16", -700), ("a.u32", "uint32", 70000),
+        ("a.i32", "int32", -70000), ("a.f32", "float32", 0.5), ("a.bool", "bool", True),
+        ("a.u64", "uint64", 2 ** 40), ("a.i64", "int64", -2 ** 40), ("a.f64", "float64", 0.25),
+        ("a.tokens", "array", ("string", ["<s>", "a", "\u00e9"])),
+        ("a.nested", "array", ("array", [("int32", [1, 2]), ("string", [])])),
+    ], [], version=2))
+    out("fuzz_gguf", "tensors_plain", gguf(
+        [("general.alignment", "uint32", 64)],
+        [("f32", 0, [2, 3], f32([1, -2, 3.5, 0, 1e-3, 7])), ("f16", 1, [4], f16([1, -0.5, 65504, 0])),
+         ("bf16", 30, [2], bf16([1.0, -3.0])), ("i8", 24, [3], b"\x01\x80\x7f")], alignment=64))
+    out("fuzz_gguf", "tensors_quantized", gguf(
+        [("general.name", "string", "q"), ("general.quantization_version", "uint32", 2)],
+        [("q8_0", 8, [1, 32], with_scale(block(1, 34), 34, 0)),
+         ("q4_0", 2, [1, 32], with_scale(block(2, 18), 18, 0)),
+         ("q4_1", 3, [2, 32], with_scale(block(3, 40), 20, 0)),
+         ("q5_0", 6, [1, 32], with_scale(block(4, 22), 22, 0)),
+         ("q5_1", 7, [1, 32], with_scale(block(5, 24), 24, 0)),
+         ("q4_k", 12, [1, 256], with_scale(block(6, 144), 144, 0)),
+         ("q5_k", 13, [1, 256], with_scale(block(7, 176), 176, 0)),
+         ("q6_k", 14, [1, 256], with_scale(block(8, 210), 210, 208)),
+         ("q2_k", 10, [1, 256], block(9, 84))]))
 
 
 def config_seeds():
@@ -176,10 +255,14 @@ def text_seeds():
 
 
 def main():
+    if sys.argv[1:] == ["--gguf-only"]:
+        gguf_seeds()
+        return 0
     if len(sys.argv) != 2:
         sys.stderr.write(__doc__)
         return 2
     safetensors_seeds()
+    gguf_seeds()
     config_seeds()
     tokenizer_seeds(sys.argv[1])
     text_seeds()

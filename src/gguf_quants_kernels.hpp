@@ -452,11 +452,17 @@ void q5_1_avx2(const std::byte* in_bytes, Out* __restrict out, std::size_t block
   }
 }
 
-/// Q4_K and Q5_K: sub-block j's 32 quants in `q` (bytes), y = dl[j] * q - ml[j].
+/// Q4_K and Q5_K: sub-block j's 32 quants in `q` (bytes), y = dl * q - ml with one rounding
+/// (the product is exact, so fmsub rounds as d1 * q - m1 does).
 template <class Out>
 inline void emit32_k4(__m256i q, float dl, float ml, Out* out) {
-  // -(ml) + dl * q: fmadd with the negated offset rounds once, as d1 * q - m1 does.
-  emit32_fma(q, _mm256_set1_ps(dl), _mm256_set1_ps(-ml), out);
+  const __m256 d = _mm256_set1_ps(dl), m = _mm256_set1_ps(ml);
+  const __m128i low = _mm256_castsi256_si128(q);
+  const __m128i high = _mm256_extracti128_si256(q, 1);
+  store16(out, _mm256_fmsub_ps(u8x8_to_ps(low), d, m),
+          _mm256_fmsub_ps(u8x8_to_ps(_mm_srli_si128(low, 8)), d, m));
+  store16(out + 16, _mm256_fmsub_ps(u8x8_to_ps(high), d, m),
+          _mm256_fmsub_ps(u8x8_to_ps(_mm_srli_si128(high, 8)), d, m));
 }
 
 template <class Out>

@@ -251,7 +251,10 @@ struct GgufTensorToWrite {
 /// it, must be a uint32 power of two and sets the padding; 32 otherwise), then the tensors in
 /// order, each padded to the alignment. Atomic (a temporary file renamed into place). Throws
 /// amc::error naming the tensor or key for a size that disagrees with its type and shape, a
-/// duplicate, or an I/O failure. A file it writes opens with GgufFile::open.
+/// duplicate, or an I/O failure, and for anything the reader would refuse (an empty or
+/// non-UTF-8 key, a value whose variant does not match its type or does not fit it, arrays
+/// nested deeper than 8, a shape outside 1-4 dimensions in [1, 2^62], an unknown type). float32
+/// values are rounded from the double. A file it writes opens with GgufFile::open.
 void write_gguf(const std::filesystem::path& path,
                 std::span<const std::pair<std::string, GgufValue>> metadata,
                 std::span<const GgufTensorToWrite> tensors);

@@ -24,7 +24,10 @@ bool can_dequantize(GgmlType type) noexcept;
 /// bytes of out.size() elements.
 void dequantize(GgmlType type, std::span<const std::byte> blocks, std::span<float> out);
 
-/// As above, rounding each f32 value to bf16 (to nearest, ties to even; NaN stays NaN).
+/// As above, rounding each f32 value to bf16 (to nearest, ties to even; NaN stays NaN). A NaN
+/// element (from an inf or NaN scale) is NaN in both outputs, but its sign and payload are
+/// the arithmetic's: GCC builds give the bf16 of the f32 NaN, clang builds may not (LLVM leaves
+/// a NaN result's sign unspecified). Every other element is to_bf16 of the f32 one, exactly.
 void dequantize(GgmlType type, std::span<const std::byte> blocks, std::span<bf16> out);
 
 }  // namespace amc
