@@ -461,7 +461,10 @@ struct Model {
   std::vector<std::string> bytes;                       ///< id -> the bytes it stands for
   std::vector<Kind> kind;                               ///< id -> what it is
   std::unordered_map<std::uint64_t, Merge> merges;      ///< (left id, right id) -> merge
-  std::array<std::int32_t, 256> byte_id{};              ///< initial BPE symbol of each byte
+  /// Initial BPE symbol of each byte; -1 for a byte the vocabulary lacks (a BpeVocabulary may
+  /// lack some: SmolLM2's lacks 21), which is dropped before merging, as Hugging Face's BPE
+  /// without unk_token drops it (its neighbours become adjacent). A tokenizer.json must have all.
+  std::array<std::int32_t, 256> byte_id{};
   AddedMatcher added_raw;         ///< added tokens with "normalized": false, on the raw text
   AddedMatcher added_normalized;  ///< added tokens with "normalized": true, on normalised text
   std::unordered_map<std::string, std::int32_t> added_id;  ///< content -> id
@@ -470,7 +473,10 @@ struct Model {
   bool ignore_merges = false;
   /// The post-processor's single-sequence template (TemplateProcessing, as Llama 3.1 and 3.2
   /// files have): ids before and after the text's. Only encode_with_special_tokens uses them.
+  /// A BpeVocabulary's add_bos / add_eos put its BOS / EOS here.
   std::vector<std::int32_t> template_prefix, template_suffix;
+  /// A BpeVocabulary's BOS and EOS (a tokenizer.json names none).
+  std::optional<std::int32_t> bos, eos;
 
   // Words already encoded. Guarded by the mutex so that a shared tokenizer stays thread-safe.
   static constexpr std::size_t kCacheEntries = 1 << 15;
@@ -521,12 +527,17 @@ struct Model {
         return rank != other.rank ? rank > other.rank : pos > other.pos;
       }
     };
-    const auto n = static_cast<std::int32_t>(word.size());
-    std::vector<Symbol> symbols(word.size());
+    std::vector<Symbol> symbols;
+    symbols.reserve(word.size());
+    for (const char c : word) {
+      const std::int32_t id = byte_id[static_cast<unsigned char>(c)];
+      if (id >= 0) symbols.push_back({id, 0, 0, true});  // a missing byte is dropped
+    }
+    const auto n = static_cast<std::int32_t>(symbols.size());
+    if (n == 0) return {};
     for (std::int32_t i = 0; i < n; ++i) {
-      symbols[static_cast<std::size_t>(i)] = {
-          byte_id[static_cast<unsigned char>(word[static_cast<std::size_t>(i)])], i - 1,
-          i + 1 < n ? i + 1 : -1, true};
+      symbols[static_cast<std::size_t>(i)].prev = i - 1;
+      symbols[static_cast<std::size_t>(i)].next = i + 1 < n ? i + 1 : -1;
     }
     std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
     const auto push = [&](std::int32_t pos) {
@@ -992,6 +1003,230 @@ void read_added_tokens(const Reader& reader, const json& root, Model& impl, std:
   impl.added_normalized.finish();
 }
 
+// --- pre-tokenizers by llama.cpp's name (BpeVocabulary::pre, GGUF tokenizer.ggml.pre) ----------
+
+// The regexes are llama.cpp's, character for character (src/llama-vocab.cpp, llm_tokenizer_bpe:
+// regex_exprs per LLAMA_VOCAB_PRE_TYPE_*), applied as llama.cpp's unicode_regex_split applies
+// them: each splits every piece the one before left (matches and the gaps between them are
+// pieces, Hugging Face's behaviour Isolated), then ByteLevel maps the bytes.
+//
+// Against the Hugging Face tokenizer.json pre-tokenizers of the same models:
+// - GPT-2's regex has no trailing "|\s+" (ByteLevel's use_regex regex has it): the same pieces,
+//   since that alternative only ever matches one whitespace character before a non-space, which
+//   the gap between matches gives as its own piece too.
+// - Qwen2's and Llama 3's "(?i:'s|'t|'re|'ve|'m|'ll|'d)" became "(?:'[sS]|'[tT]|...)" in
+//   llama.cpp (std::regex has no (?i:)): the same except for U+017F LATIN SMALL LETTER LONG S,
+//   which case-folds to s: Hugging Face cuts "'ſt" as "'ſ" + "t", llama.cpp (and amc here) keeps
+//   "'ſt" whole.
+// - smollm's "\p{N}" step is Hugging Face's Digits(individual_digits=true) (SmolLM2's file:
+//   Sequence[Digits(individual_digits), ByteLevel(use_regex)]).
+constexpr const char* kLlamaCppGpt2Regex =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))";
+constexpr const char* kLlamaCppLlama3Regex =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kLlamaCppQwen2Regex =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+struct PreTokenizer {
+  const char* name;
+  std::vector<const char*> regexes;
+  bool ignore_merges;  ///< llama.cpp's ignore_merges for this name
+  bool add_bos;        ///< llama.cpp's add_bos when tokenizer.ggml.add_bos_token is absent
+};
+
+/// llama.cpp's names (llama_vocab::impl::load) for the pre-tokenizer types supported here.
+const std::vector<PreTokenizer>& pre_tokenizers() {
+  static const std::vector<PreTokenizer> table = {
+      // LLAMA_VOCAB_PRE_TYPE_DEFAULT: llama.cpp's own fallback, no Hugging Face counterpart.
+      {"default",
+       {R"([\p{P}\$\+<=>\^~\|]+)", kLlamaCppGpt2Regex, R"(\p{N}+)", "[0-9][0-9][0-9]"},
+       false,
+       false},
+      {"gpt-2", {kLlamaCppGpt2Regex}, false, false},               // LLAMA_VOCAB_PRE_TYPE_GPT2
+      {"smollm", {R"(\p{N})", kLlamaCppGpt2Regex}, false, false},  // ..._SMOLLM
+      {"qwen2", {kLlamaCppQwen2Regex}, false, false},              // ..._QWEN2
+      {"deepseek-r1-qwen", {kLlamaCppQwen2Regex}, false, false},   // ..._QWEN2
+      {"llama3", {kLlamaCppLlama3Regex}, true, true},              // ..._LLAMA3
+      {"llama-v3", {kLlamaCppLlama3Regex}, true, true},            // ..._LLAMA3
+      {"llama-bpe", {kLlamaCppLlama3Regex}, true, true},           // ..._LLAMA3
+  };
+  return table;
+}
+
+const PreTokenizer* find_pre_tokenizer(std::string_view name) {
+  for (const PreTokenizer& pre : pre_tokenizers()) {
+    if (name == pre.name) return &pre;
+  }
+  return nullptr;
+}
+
+/// "\"default\", \"gpt-2\", ..." for messages.
+std::string pre_tokenizer_list() {
+  std::string list;
+  for (const PreTokenizer& pre : pre_tokenizers()) {
+    if (!list.empty()) list += ", ";
+    list += quote(pre.name);
+  }
+  return list;
+}
+
+/// amc::error "<function>: <source>: <parts>" for one BpeVocabulary.
+struct VocabularyError {
+  const char* function;
+  const std::string& source;
+
+  template <class... Parts>
+  [[noreturn]] void operator()(Parts&&... parts) const {
+    detail::throw_error(function, source, ": ", std::forward<Parts>(parts)...);
+  }
+};
+
+/// What a BpeVocabulary's fields are called in errors: their own names, or the GGUF keys.
+struct VocabularyFields {
+  const char* tokens;
+  const char* merges;
+  const char* token_types;
+  const char* bos;
+  const char* eos;
+  const char* add_bos;
+  const char* add_eos;
+  const char* pre;
+};
+
+constexpr VocabularyFields kVocabularyFields{"tokens", "merges",  "token_types", "bos",
+                                             "eos",    "add_bos", "add_eos",     "pre"};
+constexpr VocabularyFields kGgufFields{
+    "tokenizer.ggml.tokens",        "tokenizer.ggml.merges",       "tokenizer.ggml.token_type",
+    "tokenizer.ggml.bos_token_id",  "tokenizer.ggml.eos_token_id", "tokenizer.ggml.add_bos_token",
+    "tokenizer.ggml.add_eos_token", "tokenizer.ggml.pre"};
+
+const PreTokenizer& pre_tokenizer_of(const std::string& name, const VocabularyError& fail,
+                                     const VocabularyFields& fields) {
+  const PreTokenizer* pre = find_pre_tokenizer(name);
+  if (pre) return *pre;
+  // "gpt2" is the tokenizer.ggml.model of every byte-level BPE file, not a pre-tokenizer name:
+  // llama.cpp refuses it there too.
+  fail(fields.pre, " ", quote(name), " is not supported (supported: ", pre_tokenizer_list(),
+       name == "gpt2" ? "; GPT-2's pre-tokenizer is \"gpt-2\" in llama.cpp" : "", ")");
+}
+
+/// The tables of `model` from a BpeVocabulary (everything but the pre-tokenizer).
+void read_vocabulary(const BpeVocabulary& vocabulary, Model& model, const VocabularyError& fail,
+                     const VocabularyFields& fields) {
+  const std::vector<std::string>& tokens = vocabulary.tokens;
+  if (tokens.empty()) fail(fields.tokens, " is empty");
+  if (tokens.size() >= static_cast<std::size_t>(kMaxTokenId)) {
+    fail(fields.tokens, " has ", tokens.size(), " entries, beyond the cap of ", kMaxTokenId);
+  }
+  const std::vector<std::int32_t>& types = vocabulary.token_types;
+  if (!types.empty() && types.size() != tokens.size()) {
+    fail(fields.token_types, " has ", types.size(), " entries for ", tokens.size(), " tokens");
+  }
+  const std::size_t n = tokens.size();
+  model.vocab.reserve(n);
+  model.spelling.assign(n, {});
+  model.bytes.assign(n, {});
+  model.kind.assign(n, Model::Kind::kNone);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string& token = tokens[i];
+    const auto id = static_cast<std::int32_t>(i);
+    if (token.empty()) fail(fields.tokens, "[", i, "] is empty");
+    if (const std::size_t bad = invalid_utf8_offset(token); bad != std::string_view::npos) {
+      fail(fields.tokens, "[", i, "] is not valid UTF-8 (byte offset ", bad, ")");
+    }
+    const std::int32_t type = types.empty() ? 1 : types[i];
+    switch (static_cast<BpeTokenType>(type)) {
+      case BpeTokenType::normal:
+      case BpeTokenType::unused:
+        model.kind[i] = Model::Kind::kVocab;
+        model.bytes[i] = bytes_of_byte_level(token);
+        break;
+      case BpeTokenType::unknown:
+      case BpeTokenType::control:
+      case BpeTokenType::user_defined:
+        model.kind[i] = Model::Kind::kAdded;
+        model.bytes[i] = token;
+        model.added_raw.add(token, id);
+        model.added_id.emplace(token, id);
+        break;
+      case BpeTokenType::byte:
+        fail(fields.token_types, "[", i, "] = 6 (byte, token ", quote(token),
+             ") is not supported: SentencePiece's <0xXX> byte tokens have no place in "
+             "byte-level BPE");
+      default:
+        fail(fields.token_types, "[", i, "] = ", type, " (token ", quote(token),
+             ") is not a token type (1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, "
+             "6 byte)");
+    }
+    model.spelling[i] = token;
+    const auto [it, inserted] = model.vocab.emplace(token, id);
+    if (!inserted) {
+      fail(fields.tokens, "[", i, "] = ", quote(token), " repeats ", fields.tokens, "[", it->second,
+           "]");
+    }
+  }
+  const ByteMap& map = byte_map();
+  for (std::size_t b = 0; b < 256; ++b) {
+    const auto it = model.vocab.find(map.utf8_of_byte[b]);
+    model.byte_id[b] =
+        it != model.vocab.end() &&
+                model.kind[static_cast<std::size_t>(it->second)] == Model::Kind::kVocab
+            ? it->second
+            : -1;
+  }
+
+  const std::vector<std::string>& merges = vocabulary.merges;
+  if (merges.size() >= static_cast<std::size_t>(kMaxTokenId)) {
+    fail(fields.merges, " has ", merges.size(), " entries, beyond the cap of ", kMaxTokenId);
+  }
+  model.merges.reserve(merges.size());
+  for (std::size_t rank = 0; rank < merges.size(); ++rank) {
+    const std::string& text = merges[rank];
+    const std::size_t space = text.find(' ');
+    if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos ||
+        space == 0 || space + 1 == text.size()) {
+      fail(fields.merges, "[", rank, "] = ", quote(text),
+           " is not two tokens separated by one space");
+    }
+    const std::string left = text.substr(0, space), right = text.substr(space + 1);
+    const auto a = model.vocab.find(left);
+    const auto b = model.vocab.find(right);
+    if (a == model.vocab.end() || b == model.vocab.end()) {
+      fail(fields.merges, "[", rank, "] = ", quote(text), " names the unknown token ",
+           quote(a == model.vocab.end() ? left : right));
+    }
+    const auto merged = model.vocab.find(left + right);
+    if (merged == model.vocab.end()) {
+      fail(fields.merges, "[", rank, "] = ", quote(text), " merges into ", quote(left + right),
+           ", which is not in ", fields.tokens);
+    }
+    // A repeated pair: Hugging Face keeps its last rank, llama.cpp its first. Refused.
+    const auto [it, inserted] =
+        model.merges.emplace(pair_key(a->second, b->second),
+                             Model::Merge{static_cast<std::int32_t>(rank), merged->second});
+    if (!inserted) {
+      fail(fields.merges, "[", rank, "] = ", quote(text), " repeats ", fields.merges, "[",
+           it->second.rank, "]");
+    }
+  }
+
+  const auto check_special = [&](const std::optional<std::int32_t>& id, bool add,
+                                 const char* id_field, const char* add_field) {
+    if (id && (*id < 0 || static_cast<std::size_t>(*id) >= n)) {
+      fail(id_field, " = ", *id, " is outside the vocabulary (", n, " tokens)");
+    }
+    if (add && !id) fail(add_field, " is true but ", id_field, " is not set");
+  };
+  check_special(vocabulary.bos, vocabulary.add_bos, fields.bos, fields.add_bos);
+  check_special(vocabulary.eos, vocabulary.add_eos, fields.eos, fields.add_eos);
+  model.bos = vocabulary.bos;
+  model.eos = vocabulary.eos;
+  if (vocabulary.add_bos) model.template_prefix.push_back(*vocabulary.bos);
+  if (vocabulary.add_eos) model.template_suffix.push_back(*vocabulary.eos);
+  model.added_raw.finish();
+  model.added_normalized.finish();
+}
+
 }  // namespace
 
 namespace tokenizer_internal {
@@ -1006,6 +1241,28 @@ std::vector<std::string_view> split_isolated(std::string_view text, const std::s
   std::vector<std::string_view> pieces;
   regex.split(text, pieces);
   return pieces;
+}
+
+std::vector<std::string> pre_tokenize(std::string_view pre, std::string_view text) {
+  const PreTokenizer* found = find_pre_tokenizer(pre);
+  AMC_CHECK(found, "amc::qwen2::tokenizer_internal::pre_tokenize", "pre-tokenizer ", quote(pre),
+            " is not supported (supported: ", pre_tokenizer_list(), ")");
+  const std::size_t bad = invalid_utf8_offset(text);
+  AMC_CHECK(bad == std::string_view::npos, "amc::qwen2::tokenizer_internal::pre_tokenize",
+            "invalid UTF-8 at byte offset ", bad);
+  std::vector<std::string_view> pieces{text};
+  for (const char* pattern : found->regexes) {
+    const Regex regex(pattern, false, "amc::qwen2::tokenizer_internal::pre_tokenize", "regex");
+    std::vector<std::string_view> next;
+    for (const std::string_view piece : pieces) regex.split(piece, next);
+    pieces = std::move(next);
+  }
+  return {pieces.begin(), pieces.end()};
+}
+
+bool pre_tokenizer_adds_bos(std::string_view pre) {
+  const PreTokenizer* found = find_pre_tokenizer(pre);
+  return found && found->add_bos;
 }
 
 }  // namespace tokenizer_internal
@@ -1055,6 +1312,36 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& so
     reader.fail("unexpected JSON content: ", e.what());
   }
   return Tokenizer(std::move(impl));
+}
+
+Tokenizer Tokenizer::build(const BpeVocabulary& vocabulary, const std::string& source,
+                           const char* function, bool gguf) {
+  const VocabularyError fail{function, source};
+  const VocabularyFields& fields = gguf ? kGgufFields : kVocabularyFields;
+  const PreTokenizer& pre = pre_tokenizer_of(vocabulary.pre, fail, fields);
+  auto impl = std::make_unique<Impl>();
+  Model& model = impl->model;
+  model.source = source;
+  read_vocabulary(vocabulary, model, fail, fields);
+  model.ignore_merges = pre.ignore_merges;
+  for (const char* pattern : pre.regexes) {
+    model.splits.emplace_back(pattern, false, function,
+                              source + ": " + fields.pre + " " + quote(pre.name) + " regex");
+  }
+  return Tokenizer(std::move(impl));
+}
+
+Tokenizer Tokenizer::from_vocabulary(const BpeVocabulary& vocabulary, const std::string& source) {
+  return build(vocabulary, source, "amc::qwen2::Tokenizer::from_vocabulary", false);
+}
+
+const std::vector<std::string>& bpe_pre_tokenizer_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const PreTokenizer& pre : pre_tokenizers()) out.emplace_back(pre.name);
+    return out;
+  }();
+  return names;
 }
 
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
@@ -1120,6 +1407,10 @@ std::optional<std::int32_t> Tokenizer::token_id(std::string_view token) const {
 std::int64_t Tokenizer::vocab_size() const {
   return static_cast<std::int64_t>(impl_->model.kind.size());
 }
+
+std::optional<std::int32_t> Tokenizer::bos_id() const { return impl_->model.bos; }
+
+std::optional<std::int32_t> Tokenizer::eos_id() const { return impl_->model.eos; }
 
 std::string nfc(std::string_view text) {
   const std::size_t bad = invalid_utf8_offset(text);

@@ -1,6 +1,7 @@
-// What the synthetic-tokenizer trainer (synth_tokenizer.cpp) shares with the tokenizer: the id
-// cap, merge-pair keys, GPT-2's byte-to-unicode map and the Split pre-tokenizer's regex
-// splitting. Not part of the tokenizer's API.
+// What the synthetic-tokenizer trainer (synth_tokenizer.cpp), the GGUF reader of the tokenizer
+// (tokenizer_gguf.cpp) and the tests share with the tokenizer: the id cap, merge-pair keys,
+// GPT-2's byte-to-unicode map, the Split pre-tokenizer's regex splitting and the named
+// pre-tokenizers. Not part of the tokenizer's API.
 #pragma once
 
 #include <array>
@@ -32,5 +33,13 @@ const std::array<unsigned char, 256>& byte_token_order();
 /// pattern does not compile.
 std::vector<std::string_view> split_isolated(std::string_view text, const std::string& pattern,
                                              const std::string& where);
+
+/// The pieces the pre-tokenizer named `pre` (a BpeVocabulary::pre, llama.cpp's name) cuts valid
+/// UTF-8 `text` into, before ByteLevel. Throws amc::error for an unknown name or invalid UTF-8.
+std::vector<std::string> pre_tokenize(std::string_view pre, std::string_view text);
+
+/// llama.cpp's add_bos for the pre-tokenizer `pre` when the GGUF has no
+/// tokenizer.ggml.add_bos_token: true for the Llama 3 names; false otherwise (unknown names too).
+bool pre_tokenizer_adds_bos(std::string_view pre);
 
 }  // namespace amc::qwen2::tokenizer_internal
