@@ -419,7 +419,7 @@ def main():
                       ["--contexts 400", "the longest has 300"])
         missing = [amc_eval, "sweep", "--model", os.path.join(tmp, "no-such-model"), "--ids",
                    docs[0], "--contexts", "64", "--supports", "65", "--out", bad]
-        check_refusal(missing, ["--model", "no-such-model", "not a directory"])
+        check_refusal(missing, ["--model", "no-such-model", "neither a checkpoint directory", "nor a GGUF file"])
         empty_model = os.path.join(tmp, "empty-model")
         os.makedirs(empty_model)
         check_refusal(missing[:2] + ["--model", empty_model] + missing[4:], ["config.json"])

@@ -316,7 +316,8 @@ def main():
         lines = [json.loads(line) for line in result.stdout.splitlines()]
         check(len(lines) == 8, f"--json: expected 8 lines, got {len(lines)}")
         check(lines[0] == {"prompt_ids": [5, 6, 7, 300], "kv_dtype": "bf16", "kv_dtype_requested": "auto",
-                           "rope_angles": "transformers", "rope_angles_requested": "auto"},
+                           "rope_angles": "transformers", "rope_angles_requested": "auto",
+                           "weight_dtype": "bf16", "weight_dtype_requested": "auto"},
               f"--json first line: {lines[0]}")
         steps = lines[1:-1]
         for i, step in enumerate(steps):
@@ -381,7 +382,7 @@ def main():
               f"per-layer retained mass out of order or range: {layer_lines}")
 
         # Bad input: exit 2, one line on stderr.
-        check_refusal([qwen2, "--model", os.path.join(tmp, "nowhere"), "--prompt", "x"], ["not a directory"])
+        check_refusal([qwen2, "--model", os.path.join(tmp, "nowhere"), "--prompt", "x"], ["nowhere: no such file or directory"])
         check_refusal([qwen2, "--model", a], ["--prompt or --prompt-ids"])
         check_refusal([qwen2, "--model", a, "--prompt-ids", "1,320"], ["id 320 is outside the vocabulary [0, 320)"])
         check_refusal([qwen2, "--model", a, "--prompt-ids", "1,x"], ["'x' is not an integer"])
