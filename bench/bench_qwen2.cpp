@@ -38,16 +38,16 @@
 #include <thread>
 #include <vector>
 
-#include "qwen2/checkpoint.hpp"
-#include "qwen2/linear.hpp"
-#include "qwen2/model.hpp"
-#include "qwen2/model_files.hpp"
-#include "qwen2/synth.hpp"
+#include "transformer/checkpoint.hpp"
+#include "transformer/linear.hpp"
+#include "transformer/model.hpp"
+#include "transformer/model_files.hpp"
+#include "transformer/synth.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using namespace amc::qwen2;
+using namespace amc::transformer;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();

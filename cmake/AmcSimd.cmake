@@ -5,7 +5,7 @@ include(CheckCXXCompilerFlag)
 
 # amc_simd_variants(OUT): the table of architectures, "name|source|flags" per kernel variant
 # for the target processor (empty where amc has none). The GEMM variants of the Qwen2 example
-# (examples/qwen2/CMakeLists.txt) are built from the same table. NEON is baseline on AArch64,
+# (examples/transformer/CMakeLists.txt) are built from the same table. NEON is baseline on AArch64,
 # so its flags are empty.
 function(amc_simd_variants out)
   if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")

@@ -10,12 +10,12 @@
 #include <string_view>
 
 #include "amc/error.hpp"
-#include "qwen2/config.hpp"
+#include "transformer/config.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   try {
-    const amc::qwen2::Config c = amc::qwen2::parse_config(text, "fuzz/config.json");
+    const amc::transformer::Config c = amc::transformer::parse_config(text, "fuzz/config.json");
     if (c.hidden_size <= 0 || c.intermediate_size <= 0 || c.num_hidden_layers <= 0 ||
         c.num_attention_heads <= 0 || c.num_key_value_heads <= 0 || c.vocab_size <= 0 ||
         c.max_position_embeddings <= 0 || c.head_dim <= 0) {
@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         c.group_size() < 1 || (c.qk_norm && c.qkv_bias) || (c.o_bias && !c.qkv_bias)) {
       std::abort();
     }
-    if (c.rope_scaling.type == amc::qwen2::RopeScaling::Type::llama3 &&
+    if (c.rope_scaling.type == amc::transformer::RopeScaling::Type::llama3 &&
         !(c.rope_scaling.factor >= 1.0 && c.rope_scaling.low_freq_factor > 0.0 &&
           c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor &&
           c.rope_scaling.original_max_position_embeddings > 0.0)) {

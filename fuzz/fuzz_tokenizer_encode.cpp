@@ -15,14 +15,14 @@
 #include <vector>
 
 #include "amc/error.hpp"
-#include "qwen2/synth_tokenizer.hpp"
-#include "qwen2/tokenizer.hpp"
+#include "transformer/synth_tokenizer.hpp"
+#include "transformer/tokenizer.hpp"
 
 namespace {
 
-const amc::qwen2::Tokenizer& tokenizer() {
-  static const amc::qwen2::Tokenizer instance =
-      amc::qwen2::Tokenizer::from_json(amc::qwen2::synthetic_tokenizer_json(300), "synthetic");
+const amc::transformer::Tokenizer& tokenizer() {
+  static const amc::transformer::Tokenizer instance =
+      amc::transformer::Tokenizer::from_json(amc::transformer::synthetic_tokenizer_json(300), "synthetic");
   return instance;
 }
 
@@ -41,19 +41,19 @@ std::string expected_decode(std::string_view x) {
       ++i;
       continue;
     }
-    out += amc::qwen2::nfc(x.substr(segment, i - segment));
+    out += amc::transformer::nfc(x.substr(segment, i - segment));
     out += x.substr(i, length);
     i += length;
     segment = i;
   }
-  out += amc::qwen2::nfc(x.substr(segment));
+  out += amc::transformer::nfc(x.substr(segment));
   return out;
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const amc::qwen2::Tokenizer& t = tokenizer();
+  const amc::transformer::Tokenizer& t = tokenizer();
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   std::vector<std::int32_t> ids;
   try {
@@ -61,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const amc::error&) {
     // Only invalid UTF-8 may be refused: nfc() must refuse the same text.
     try {
-      static_cast<void>(amc::qwen2::nfc(text));
+      static_cast<void>(amc::transformer::nfc(text));
     } catch (const amc::error&) {
       return 0;
     }

@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "amc/error.hpp"
-#include "qwen2/tokenizer.hpp"
+#include "transformer/tokenizer.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   try {
-    const amc::qwen2::Tokenizer tokenizer =
-        amc::qwen2::Tokenizer::from_json(text, "fuzz/tokenizer.json");
+    const amc::transformer::Tokenizer tokenizer =
+        amc::transformer::Tokenizer::from_json(text, "fuzz/tokenizer.json");
     const std::int64_t vocab = tokenizer.vocab_size();
     if (vocab < 256) std::abort();  // all 256 byte tokens are required
     const std::vector<std::int32_t> ids =

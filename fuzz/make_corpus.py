@@ -4,7 +4,7 @@
 usage: fuzz/make_corpus.py SYNTHETIC_TOKENIZER_JSON
        fuzz/make_corpus.py --gguf-only      (only the fuzz_gguf seeds, which need no input)
 
-SYNTHETIC_TOKENIZER_JSON is amc::qwen2::synthetic_tokenizer_json(260) written to a file (e.g.
+SYNTHETIC_TOKENIZER_JSON is amc::transformer::synthetic_tokenizer_json(260) written to a file (e.g.
 `amc-synth --out DIR --tokenizer-vocab 260 ...` writes it as DIR/tokenizer.json); the tokenizer
 seeds are it and variants of it in the other accepted tokenizer.json shapes. The safetensors seeds come
 from tests/tools/write_safetensors.py (the independent writer of the reader tests) and from

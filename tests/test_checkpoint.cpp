@@ -23,17 +23,17 @@
 #include <vector>
 
 #include "catch.hpp"
-#include "qwen2/checkpoint.hpp"
-#include "qwen2/model.hpp"
-#include "qwen2/tokenizer.hpp"
-#include "qwen2_test_support.hpp"
+#include "transformer/checkpoint.hpp"
+#include "transformer/model.hpp"
+#include "transformer/tokenizer.hpp"
+#include "transformer_test_support.hpp"
 
 namespace {
 
-using amc::qwen2::Checkpoint;
-using amc::qwen2::Session;
-using amc::qwen2::SessionOptions;
-using amc::qwen2::test::relative_error;
+using amc::transformer::Checkpoint;
+using amc::transformer::Session;
+using amc::transformer::SessionOptions;
+using amc::transformer::test::relative_error;
 
 const std::filesystem::path kModel = AMC_TEST_CHECKPOINT_DIR;
 
@@ -94,7 +94,7 @@ struct Errors {
 /// \param kv_dtype the KV cache dtype; nullopt: auto (bf16, as the weights)
 /// \param rope_angles nullopt: auto (as config.json says)
 Errors errors_against_reference(std::optional<amc::StorageType> kv_dtype,
-                                std::optional<amc::qwen2::RopeAngles> rope_angles = {}) {
+                                std::optional<amc::transformer::RopeAngles> rope_angles = {}) {
   const Checkpoint checkpoint = Checkpoint::load(kModel);
   SessionOptions options;
   options.kv_dtype = kv_dtype;
@@ -132,7 +132,7 @@ TEST_CASE("the checkpoint loads with its byte-level tokenizer", "[checkpoint]") 
   const Checkpoint checkpoint = Checkpoint::load(kModel);
   CHECK(checkpoint.config().num_attention_heads > checkpoint.config().num_key_value_heads);
   CHECK(checkpoint.weights().tied);
-  const auto tokenizer = amc::qwen2::Tokenizer::load(kModel);
+  const auto tokenizer = amc::transformer::Tokenizer::load(kModel);
   CHECK(tokenizer.vocab_size() == 257);
   for (int byte = 0; byte < 256; ++byte) {
     INFO("byte " << byte);
@@ -165,10 +165,10 @@ TEST_CASE("the default options resolve to the checkpoint's own settings", "[chec
   const Checkpoint checkpoint = Checkpoint::load(kModel);
   CHECK(checkpoint.weight_dtype() == amc::StorageType::bf16);
   REQUIRE(checkpoint.config().rope_angles.has_value());  // the export always writes it
-  const amc::qwen2::RopeAngles own = *checkpoint.config().rope_angles;
-  const amc::qwen2::RopeAngles other = own == amc::qwen2::RopeAngles::exact
-                                           ? amc::qwen2::RopeAngles::transformers
-                                           : amc::qwen2::RopeAngles::exact;
+  const amc::transformer::RopeAngles own = *checkpoint.config().rope_angles;
+  const amc::transformer::RopeAngles other = own == amc::transformer::RopeAngles::exact
+                                           ? amc::transformer::RopeAngles::transformers
+                                           : amc::transformer::RopeAngles::exact;
   const Session session(checkpoint);
   CHECK(session.options().kv_dtype == amc::StorageType::bf16);
   CHECK(session.options().rope_angles == own);

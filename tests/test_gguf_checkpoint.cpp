@@ -18,19 +18,19 @@
 #include <vector>
 
 #include "catch.hpp"
-#include "qwen2/checkpoint.hpp"
-#include "qwen2/config.hpp"
-#include "qwen2/model.hpp"
-#include "qwen2/synth.hpp"
-#include "qwen2_test_support.hpp"
+#include "transformer/checkpoint.hpp"
+#include "transformer/config.hpp"
+#include "transformer/model.hpp"
+#include "transformer/synth.hpp"
+#include "transformer_test_support.hpp"
 
 namespace {
 
-using namespace amc::qwen2;
+using namespace amc::transformer;
 using amc::GgmlType;
 using amc::GgufValue;
 using amc::GgufValueType;
-using amc::qwen2::test::TempDir;
+using amc::transformer::test::TempDir;
 namespace fs = std::filesystem;
 
 using Metadata = std::vector<std::pair<std::string, GgufValue>>;
@@ -238,7 +238,7 @@ std::vector<float> run_logits(const Checkpoint& checkpoint) {
   o.rope_angles = RopeAngles::transformers;
   Session session(checkpoint, o);
   const std::int64_t vocab = checkpoint.config().vocab_size;
-  const std::vector<std::int32_t> prompt = amc::qwen2::test::prompt_ids(9, vocab);
+  const std::vector<std::int32_t> prompt = amc::transformer::test::prompt_ids(9, vocab);
   std::vector<float> all, step(static_cast<std::size_t>(vocab));
   session.prefill(prompt, step);
   all.insert(all.end(), step.begin(), step.end());
@@ -250,7 +250,7 @@ std::vector<float> run_logits(const Checkpoint& checkpoint) {
 }
 
 SynthSpec gguf_family_spec(Architecture family) {
-  SynthSpec spec = amc::qwen2::test::family_spec(family, amc::StorageType::f32);
+  SynthSpec spec = amc::transformer::test::family_spec(family, amc::StorageType::f32);
   spec.config.rope_scaling = {};  // llama3 scaling is refused for GGUF (rope_freqs.weight)
   return spec;
 }

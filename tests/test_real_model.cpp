@@ -14,16 +14,16 @@
 #include <vector>
 
 #include "catch.hpp"
-#include "qwen2/checkpoint.hpp"
-#include "qwen2/demo_prompt.hpp"
-#include "qwen2/generate.hpp"
-#include "qwen2/model.hpp"
-#include "qwen2/model_files.hpp"
-#include "qwen2/tokenizer.hpp"
+#include "transformer/checkpoint.hpp"
+#include "transformer/demo_prompt.hpp"
+#include "transformer/generate.hpp"
+#include "transformer/model.hpp"
+#include "transformer/model_files.hpp"
+#include "transformer/tokenizer.hpp"
 
 namespace {
 
-using namespace amc::qwen2;
+using namespace amc::transformer;
 
 const std::filesystem::path kModel = AMC_REAL_MODEL_FILE;
 

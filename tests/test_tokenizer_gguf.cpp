@@ -1,4 +1,4 @@
-// The tokenizer a GGUF file describes (examples/qwen2: Tokenizer::from_vocabulary, from_gguf,
+// The tokenizer a GGUF file describes (examples/transformer: Tokenizer::from_vocabulary, from_gguf,
 // from_gguf_metadata, gguf_bpe_vocabulary), in three parts:
 //   (a) small hand-made vocabularies: merges by rank, added tokens matched first, byte tokens
 //       (missing ones too), BOS/EOS, the pre-tokenizers by name, and every refusal with its
@@ -35,9 +35,9 @@
 #include "amc/error.hpp"
 #include "amc/io/gguf.hpp"
 #include "catch.hpp"
-#include "qwen2/synth_tokenizer.hpp"
-#include "qwen2/tokenizer.hpp"
-#include "qwen2/tokenizer_internal.hpp"
+#include "transformer/synth_tokenizer.hpp"
+#include "transformer/tokenizer.hpp"
+#include "transformer/tokenizer_internal.hpp"
 
 namespace {
 
@@ -45,9 +45,9 @@ namespace fs = std::filesystem;
 using amc::GgufArray;
 using amc::GgufValue;
 using amc::GgufValueType;
-using amc::qwen2::BpeTokenType;
-using amc::qwen2::BpeVocabulary;
-using amc::qwen2::Tokenizer;
+using amc::transformer::BpeTokenType;
+using amc::transformer::BpeVocabulary;
+using amc::transformer::Tokenizer;
 using json = nlohmann::json;
 using Ids = std::vector<std::int32_t>;
 using Metadata = std::vector<std::pair<std::string, GgufValue>>;
@@ -108,7 +108,7 @@ void append_utf8(std::string& text, char32_t cp) {
 
 /// The byte-level spelling of raw bytes (GPT-2's bytes_to_unicode).
 std::string byte_level(std::string_view bytes) {
-  const auto& spellings = amc::qwen2::tokenizer_internal::byte_spellings();
+  const auto& spellings = amc::transformer::tokenizer_internal::byte_spellings();
   std::string out;
   for (const char c : bytes) out += spellings[static_cast<unsigned char>(c)];
   return out;
@@ -122,7 +122,7 @@ BpeVocabulary byte_vocabulary(const std::vector<std::string>& extra = {},
                               const std::vector<std::pair<std::string, std::string>>& merges = {},
                               const std::string& pre = "gpt-2") {
   BpeVocabulary vocabulary;
-  const auto& spellings = amc::qwen2::tokenizer_internal::byte_spellings();
+  const auto& spellings = amc::transformer::tokenizer_internal::byte_spellings();
   vocabulary.tokens.assign(spellings.begin(), spellings.end());
   for (const std::string& token : extra) vocabulary.tokens.push_back(byte_level(token));
   for (const auto& [left, right] : merges) {
@@ -291,7 +291,7 @@ const Corpus& corpus() {
       ++c.counts[kind];
     };
     const json cases =
-        json::parse(read_text(fs::path(AMC_TEST_SOURCE_DIR) / "qwen2" / "tokenizer_cases.json"));
+        json::parse(read_text(fs::path(AMC_TEST_SOURCE_DIR) / "transformer" / "tokenizer_cases.json"));
     for (const json& text : cases.at("cases")) add("tokenizer_cases.json", text.get<std::string>());
 
     const fs::path licenses = "/usr/share/common-licenses";
@@ -309,9 +309,9 @@ const Corpus& corpus() {
 
     const fs::path root = fs::path(AMC_TEST_SOURCE_DIR).parent_path();
     for (const char* name :
-         {"examples/qwen2/tokenizer.cpp", "examples/qwen2/tokenizer_gguf.cpp",
+         {"examples/transformer/tokenizer.cpp", "examples/transformer/tokenizer_gguf.cpp",
           "tests/tools/gguf_tokenizer_reference.py", "tests/CMakeLists.txt",
-          "scripts/npm-test-deps", "tests/qwen2/make_golden_ids.mjs", "CMakePresets.json"}) {
+          "scripts/npm-test-deps", "tests/transformer/make_golden_ids.mjs", "CMakePresets.json"}) {
       const fs::path path = root / name;
       REQUIRE(fs::exists(path));
       const std::string text = read_text(path);
@@ -759,7 +759,7 @@ TEST_CASE("from_vocabulary: byte tokens, all or some", "[tokenizer][gguf]") {
   // Byte tokens that are not in byte order (Qwen's ids 0..255 follow bytes_to_unicode).
   BpeVocabulary shuffled;
   shuffled.pre = "gpt-2";
-  const auto& order = amc::qwen2::tokenizer_internal::byte_token_order();
+  const auto& order = amc::transformer::tokenizer_internal::byte_token_order();
   for (const unsigned char b : order)
     shuffled.tokens.push_back(byte_level(std::string(1, static_cast<char>(b))));
   const Tokenizer ordered = Tokenizer::from_vocabulary(shuffled);
@@ -809,14 +809,14 @@ TEST_CASE("from_vocabulary: BOS and EOS", "[tokenizer][gguf]") {
         (Ids{bos, 'h', 'i', eos}));
   // A tokenizer.json names no BOS or EOS.
   const Tokenizer synthetic =
-      Tokenizer::from_json(amc::qwen2::synthetic_tokenizer_json(300), "synthetic");
+      Tokenizer::from_json(amc::transformer::synthetic_tokenizer_json(300), "synthetic");
   CHECK(synthetic.bos_id() == std::nullopt);
   CHECK(synthetic.eos_id() == std::nullopt);
 }
 
 TEST_CASE("pre-tokenizers by llama.cpp's name", "[tokenizer][gguf]") {
-  using amc::qwen2::tokenizer_internal::pre_tokenize;
-  CHECK(amc::qwen2::bpe_pre_tokenizer_names() ==
+  using amc::transformer::tokenizer_internal::pre_tokenize;
+  CHECK(amc::transformer::bpe_pre_tokenizer_names() ==
         std::vector<std::string>{"default", "gpt-2", "smollm", "qwen2", "deepseek-r1-qwen",
                                  "llama3", "llama-v3", "llama-bpe"});
   // GPT-2: letters, numbers and other runs with one leading space; case-sensitive contractions;
@@ -935,7 +935,7 @@ TEST_CASE("from_vocabulary: every refusal names the function, the field and the 
     edit(vocabulary);
     const std::string message =
         error_of([&] { Tokenizer::from_vocabulary(vocabulary, "test-vocab"); });
-    CHECK_THAT(message, AMC_CONTAINS("amc::qwen2::Tokenizer::from_vocabulary: test-vocab: ") &&
+    CHECK_THAT(message, AMC_CONTAINS("amc::transformer::Tokenizer::from_vocabulary: test-vocab: ") &&
                             AMC_CONTAINS(expected));
   }
 }
@@ -950,7 +950,7 @@ TEST_CASE("from_gguf_metadata: the keys llama.cpp reads, into from_vocabulary",
   vocabulary.bos = bos;
   vocabulary.eos = eos;
   const Metadata metadata = gguf_metadata(vocabulary);
-  const BpeVocabulary read = amc::qwen2::gguf_bpe_vocabulary(metadata, "m.gguf");
+  const BpeVocabulary read = amc::transformer::gguf_bpe_vocabulary(metadata, "m.gguf");
   CHECK(read.tokens == vocabulary.tokens);
   CHECK(read.merges == vocabulary.merges);
   CHECK(read.token_types == vocabulary.token_types);
@@ -970,15 +970,15 @@ TEST_CASE("from_gguf_metadata: the keys llama.cpp reads, into from_vocabulary",
   for (const char* pre : {"llama3", "llama-v3", "llama-bpe"}) {
     INFO(pre);
     vocabulary.pre = pre;
-    CHECK(amc::qwen2::gguf_bpe_vocabulary(gguf_metadata(vocabulary, false), "m").add_bos);
+    CHECK(amc::transformer::gguf_bpe_vocabulary(gguf_metadata(vocabulary, false), "m").add_bos);
     CHECK(Tokenizer::from_gguf_metadata(gguf_metadata(vocabulary, false), "m")
               .encode_with_special_tokens("ab") == (Ids{bos, 256}));
-    CHECK_FALSE(amc::qwen2::gguf_bpe_vocabulary(gguf_metadata(vocabulary, true), "m").add_bos);
+    CHECK_FALSE(amc::transformer::gguf_bpe_vocabulary(gguf_metadata(vocabulary, true), "m").add_bos);
   }
   for (const char* pre : {"default", "gpt-2", "smollm", "qwen2", "deepseek-r1-qwen"}) {
     INFO(pre);
     vocabulary.pre = pre;
-    CHECK_FALSE(amc::qwen2::gguf_bpe_vocabulary(gguf_metadata(vocabulary, false), "m").add_bos);
+    CHECK_FALSE(amc::transformer::gguf_bpe_vocabulary(gguf_metadata(vocabulary, false), "m").add_bos);
   }
   vocabulary.pre = "qwen2";
   vocabulary.add_bos = true;
@@ -1102,19 +1102,19 @@ TEST_CASE("from_gguf_metadata: every refusal names the key and the value", "[tok
     edit(metadata);
     const std::string message =
         error_of([&] { Tokenizer::from_gguf_metadata(metadata, "model.gguf"); });
-    CHECK_THAT(message, AMC_CONTAINS("amc::qwen2::Tokenizer::from_gguf: model.gguf: ") &&
+    CHECK_THAT(message, AMC_CONTAINS("amc::transformer::Tokenizer::from_gguf: model.gguf: ") &&
                             AMC_CONTAINS(expected));
   }
   // gguf_bpe_vocabulary reads the keys and names itself; it leaves the vocabulary to
   // from_vocabulary.
   Metadata llama = gguf_metadata(vocabulary);
   set_value(llama, "tokenizer.ggml.model", string_value("llama"));
-  CHECK_THAT(error_of([&] { amc::qwen2::gguf_bpe_vocabulary(llama, "x.gguf"); }),
-             AMC_CONTAINS("amc::qwen2::gguf_bpe_vocabulary: x.gguf: metadata "
+  CHECK_THAT(error_of([&] { amc::transformer::gguf_bpe_vocabulary(llama, "x.gguf"); }),
+             AMC_CONTAINS("amc::transformer::gguf_bpe_vocabulary: x.gguf: metadata "
                           "'tokenizer.ggml.model' = \"llama\" (SentencePiece)"));
   Metadata duplicate = gguf_metadata(vocabulary);
   set_value(duplicate, "tokenizer.ggml.merges", strings_value({"a b", "a b"}));
-  CHECK_NOTHROW(amc::qwen2::gguf_bpe_vocabulary(duplicate, "x.gguf"));
+  CHECK_NOTHROW(amc::transformer::gguf_bpe_vocabulary(duplicate, "x.gguf"));
 }
 
 // === (b) the real Qwen2 and Llama 3 vocabularies through from_vocabulary =========================
@@ -1130,7 +1130,7 @@ TEST_CASE("real Qwen2 vocabulary with pre \"qwen2\": encode equals the tokenizer
   INFO(describe(c));
   int mismatches = 0, not_nfc = 0, round_trip_failures = 0;
   for (const std::string& text : c.texts) {
-    const std::string normal = amc::qwen2::nfc(text);
+    const std::string normal = amc::transformer::nfc(text);
     if (normal != text) ++not_nfc;
     const Ids ids = pair.from_vocabulary.encode(normal);
     const Ids expected = pair.from_json.encode(normal);
@@ -1225,7 +1225,7 @@ TEST_CASE(
 TEST_CASE("SmolLM2 GGUF: amc equals Hugging Face's tokenizers built from the same vocabulary",
           "[tokenizer][gguf][model]") {
   const Metadata& metadata = smollm_metadata();
-  const BpeVocabulary vocabulary = amc::qwen2::gguf_bpe_vocabulary(metadata, kModelFile);
+  const BpeVocabulary vocabulary = amc::transformer::gguf_bpe_vocabulary(metadata, kModelFile);
   CHECK(vocabulary.pre == "smollm");
   CHECK(vocabulary.tokens.size() == 49152);
   CHECK(vocabulary.merges.size() == 48900);
@@ -1271,7 +1271,7 @@ TEST_CASE("SmolLM2 vocabulary with the other pre-tokenizers against Hugging Face
   // regex; Qwen2's and Llama 3's Split, Llama 3 with ignore_merges).
   for (const char* pre : {"gpt-2", "qwen2", "llama-bpe"}) {
     INFO("pre " << pre);
-    BpeVocabulary vocabulary = amc::qwen2::gguf_bpe_vocabulary(smollm_metadata(), kModelFile);
+    BpeVocabulary vocabulary = amc::transformer::gguf_bpe_vocabulary(smollm_metadata(), kModelFile);
     vocabulary.pre = pre;
     vocabulary.add_bos = false;
     const Tokenizer tokenizer = Tokenizer::from_vocabulary(vocabulary, pre);

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "qwen2/tokenizer.hpp"
+#include "transformer/tokenizer.hpp"
 #include "refuse.hpp"
 
 namespace amc::eval {
@@ -62,7 +62,7 @@ std::vector<std::int32_t> parse_id_text(const std::string& text, const std::stri
 }
 
 std::vector<Document> load_documents(const std::vector<std::string>& paths,
-                                     const qwen2::Tokenizer* tokenizer, std::int64_t vocab) {
+                                     const transformer::Tokenizer* tokenizer, std::int64_t vocab) {
   std::vector<Document> documents;
   for (const std::string& path : paths) {
     Document d{path, {}};

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace amc::qwen2 {
+namespace amc::transformer {
 class Tokenizer;
 }
 
@@ -30,7 +30,7 @@ std::vector<std::int32_t> parse_id_text(const std::string& text, const std::stri
 /// amc::error naming the file for an unreadable file, a bad id, an id the model's vocabulary
 /// lacks, or an empty document.
 std::vector<Document> load_documents(const std::vector<std::string>& paths,
-                                     const qwen2::Tokenizer* tokenizer, std::int64_t vocab);
+                                     const transformer::Tokenizer* tokenizer, std::int64_t vocab);
 
 /// Which documents give the prefixes of one context length.
 struct ContextPlan {

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <set>
 
-#include "qwen2/model.hpp"
-#include "qwen2/model_files.hpp"
-#include "qwen2/tokenizer.hpp"
+#include "transformer/model.hpp"
+#include "transformer/model_files.hpp"
+#include "transformer/tokenizer.hpp"
 #include "refuse.hpp"
 
 namespace amc::eval {
@@ -52,19 +52,19 @@ Setup prepare(const CommonArguments& a) {
             [](const SupportSize& x, const SupportSize& y) { return x.support < y.support; });
 
   const std::filesystem::path model(a.model);
-  if (!std::filesystem::is_directory(model) && !qwen2::is_gguf_file(model)) {
+  if (!std::filesystem::is_directory(model) && !transformer::is_gguf_file(model)) {
     refuse("--model ", a.model,
            ": neither a checkpoint directory (config.json, model.safetensors, tokenizer.json) "
            "nor a GGUF file");
   }
-  s.checkpoint = std::make_unique<qwen2::Checkpoint>(
-      qwen2::Checkpoint::load(model, {.weight_dtype = qwen2::parse_weight_dtype(a.weight_dtype)}));
-  const qwen2::Config& c = s.checkpoint->config();
+  s.checkpoint = std::make_unique<transformer::Checkpoint>(
+      transformer::Checkpoint::load(model, {.weight_dtype = transformer::parse_weight_dtype(a.weight_dtype)}));
+  const transformer::Config& c = s.checkpoint->config();
   s.kv_dtype =
-      a.kv_dtype == "auto" ? qwen2::auto_kv_dtype(*s.checkpoint) : parse_storage_type(a.kv_dtype);
+      a.kv_dtype == "auto" ? transformer::auto_kv_dtype(*s.checkpoint) : parse_storage_type(a.kv_dtype);
   s.rope_angles = a.rope_angles == "auto"
-                      ? qwen2::auto_rope_angles(c)
-                      : qwen2::parse_rope_angles(a.rope_angles, "--rope-angles");
+                      ? transformer::auto_rope_angles(c)
+                      : transformer::parse_rope_angles(a.rope_angles, "--rope-angles");
   const std::int64_t longest_context = *std::max_element(a.contexts.begin(), a.contexts.end());
   if (longest_context > c.max_position_embeddings - a.tokens) {
     refuse("--contexts ", longest_context, " plus --tokens ", a.tokens,
@@ -72,9 +72,9 @@ Setup prepare(const CommonArguments& a) {
   }
 
   if (!a.text_files.empty()) {
-    const std::optional<qwen2::Tokenizer> tokenizer = qwen2::load_model_tokenizer(model);
+    const std::optional<transformer::Tokenizer> tokenizer = transformer::load_model_tokenizer(model);
     if (!tokenizer) {
-      refuse(qwen2::model_tokenizer_source(model).string(),
+      refuse(transformer::model_tokenizer_source(model).string(),
              ": file not found (needed to encode the --text documents)");
     }
     s.documents = load_documents(a.text_files, &*tokenizer, c.vocab_size);
@@ -123,7 +123,7 @@ Json settings_json(const CommonArguments& a, const Setup& setup) {
   s["kv_dtype_requested"] = a.kv_dtype;
   s["weight_dtype"] = std::string(to_string(setup.checkpoint->weight_dtype()));
   s["weight_dtype_requested"] = a.weight_dtype;
-  s["rope_angles"] = std::string(qwen2::to_string(setup.rope_angles));
+  s["rope_angles"] = std::string(transformer::to_string(setup.rope_angles));
   s["rope_angles_requested"] = a.rope_angles;
   s["prefill"] = "dense";
   return s;

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "documents.hpp"
-#include "qwen2/checkpoint.hpp"
-#include "qwen2/rope.hpp"
+#include "transformer/checkpoint.hpp"
+#include "transformer/rope.hpp"
 #include "run_log.hpp"
 #include "support_sizes.hpp"
 
@@ -31,22 +31,22 @@ struct CommonArguments {
   /// the library's selection options (amc::cli::SparseOptions), applied after parsing.
   SparseConfig sparse;
   std::string kv_dtype = "auto";      ///< auto, bf16 or f32
-  std::string weight_dtype = "auto";  ///< auto, bf16 or f32 (qwen2::parse_weight_dtype)
+  std::string weight_dtype = "auto";  ///< auto, bf16 or f32 (transformer::parse_weight_dtype)
   std::string rope_angles = "auto";   ///< auto, transformers or exact
   int threads = 1;
   std::string out;
 };
 
 struct Setup {
-  std::unique_ptr<qwen2::Checkpoint> checkpoint;  // sessions refer to it: it must not move
+  std::unique_ptr<transformer::Checkpoint> checkpoint;  // sessions refer to it: it must not move
   std::vector<Document> documents;
   std::vector<ContextPlan> plans;
   std::vector<SupportSize> supports;
   SparseConfig sparse;  ///< CommonArguments::sparse, validated (top_k set per support)
   /// The KV cache dtype and RoPE angles the model runs with, "auto" resolved for the
-  /// checkpoint (qwen2::auto_kv_dtype, qwen2::auto_rope_angles).
+  /// checkpoint (transformer::auto_kv_dtype, transformer::auto_rope_angles).
   StorageType kv_dtype = StorageType::bf16;
-  qwen2::RopeAngles rope_angles = qwen2::RopeAngles::transformers;
+  transformer::RopeAngles rope_angles = transformer::RopeAngles::transformers;
   std::filesystem::path out;
   /// One line per context: prefixes used of those requested, documents skipped as too short.
   std::vector<std::string> prefix_notes;

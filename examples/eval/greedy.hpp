@@ -1,5 +1,5 @@
 // Greedy decisions and log-likelihoods from a step's logits, shared by the sweep and the probes
-// so every command picks tokens exactly as amc-qwen2 does.
+// so every command picks tokens exactly as amc-generate does.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 
 namespace amc::eval {
 
-/// The greedy token of `logits` (the lowest index among equal maxima, as amc-qwen2 picks it)
+/// The greedy token of `logits` (the lowest index among equal maxima, as amc-generate picks it)
 /// and its margin, after checking that every logit is finite: NaN or Inf weights, or an
 /// overflow, give no prediction. Throws amc::error naming `stage`, `step` and the logit.
 LogitMargin greedy_token(std::span<const float> logits, const char* stage, std::int64_t step);

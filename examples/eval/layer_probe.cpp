@@ -18,7 +18,7 @@ SparseConfig oracle_config(SparseConfig c) {
 
 }  // namespace
 
-LayerProbe::LayerProbe(const qwen2::Config& model, const SparseConfig& config)
+LayerProbe::LayerProbe(const transformer::Config& model, const SparseConfig& config)
     : config_(config),
       heads_(model.num_attention_heads),
       kv_heads_(model.num_key_value_heads),
@@ -33,7 +33,7 @@ LayerProbe::LayerProbe(const qwen2::Config& model, const SparseConfig& config)
 void LayerProbe::reset() { stats_.reset(stats_.layers, stats_.heads); }
 
 template <KvStorage S>
-void LayerProbe::oracle_recall(const qwen2::LayerAttention& a, const qwen2::KvCache& cache) {
+void LayerProbe::oracle_recall(const transformer::LayerAttention& a, const transformer::KvCache& cache) {
   for (std::int64_t g = 0; g < kv_heads_; ++g) {
     const KvHead<KvView<S>> head{cache.view<S>(a.layer, g, a.positions),
                                  cache.summaries(a.layer, g)};
@@ -62,7 +62,7 @@ void LayerProbe::oracle_recall(const qwen2::LayerAttention& a, const qwen2::KvCa
   }
 }
 
-void LayerProbe::observe(const qwen2::LayerAttention& a, const qwen2::KvCache& cache) {
+void LayerProbe::observe(const transformer::LayerAttention& a, const transformer::KvCache& cache) {
   AMC_CHECK(a.dense_output != nullptr && !a.sparse_operators.empty(), "amc::eval::LayerProbe",
             "the step ran no sparse and dense attention side by side (needs sparse decode with "
             "retained_mass)");

@@ -10,26 +10,26 @@
 #include <vector>
 
 #include "head_statistics.hpp"
-#include "qwen2/model.hpp"
+#include "transformer/model.hpp"
 
 namespace amc::eval {
 
 class LayerProbe {
  public:
   /// \param config the sparse configuration being measured (its k, scope and score rule)
-  LayerProbe(const qwen2::Config& model, const SparseConfig& config);
+  LayerProbe(const transformer::Config& model, const SparseConfig& config);
 
   /// Starts a new run.
   void reset();
   /// Needs a step that ran dense attention too (SessionOptions::retained_mass): `a` must carry
   /// dense_output and dense_results. `cache` is the session's, holding this step's keys.
-  void observe(const qwen2::LayerAttention& a, const qwen2::KvCache& cache);
+  void observe(const transformer::LayerAttention& a, const transformer::KvCache& cache);
 
   const HeadStatistics& statistics() const { return stats_; }
 
  private:
   template <KvStorage S>
-  void oracle_recall(const qwen2::LayerAttention& a, const qwen2::KvCache& cache);
+  void oracle_recall(const transformer::LayerAttention& a, const transformer::KvCache& cache);
 
   SparseConfig config_;
   std::int64_t heads_, kv_heads_, head_dim_;

@@ -18,7 +18,7 @@
 #include "gnuplot.hpp"
 #include "greedy.hpp"
 #include "progress.hpp"
-#include "qwen2/model.hpp"
+#include "transformer/model.hpp"
 #include "refuse.hpp"
 #include "text.hpp"
 
@@ -33,7 +33,7 @@ struct MassTable {
 
 class MassProbe {
  public:
-  MassProbe(const qwen2::Config& model, const SparseConfig& base,
+  MassProbe(const transformer::Config& model, const SparseConfig& base,
             const std::vector<SupportSize>& supports)
       : layers_(model.num_hidden_layers),
         heads_(model.num_attention_heads),
@@ -57,7 +57,7 @@ class MassProbe {
   }
   const std::vector<MassTable>& tables() const { return tables_; }
 
-  void observe(const qwen2::LayerAttention& a, const qwen2::KvCache& cache) {
+  void observe(const transformer::LayerAttention& a, const transformer::KvCache& cache) {
     visit_storage<float, bf16>(cache.options().dtype, [&](auto type) {
       observe_as<typename decltype(type)::type>(a, cache);
     });
@@ -65,7 +65,7 @@ class MassProbe {
 
  private:
   template <KvStorage S>
-  void observe_as(const qwen2::LayerAttention& a, const qwen2::KvCache& cache) {
+  void observe_as(const transformer::LayerAttention& a, const transformer::KvCache& cache) {
     for (std::int64_t g = 0; g < kv_heads_; ++g) {
       const KvHead<KvView<S>> head{cache.view<S>(a.layer, g, a.positions),
                                    cache.summaries(a.layer, g)};
@@ -189,22 +189,22 @@ int run_mass(const MassArguments& a) {
   for (const std::string& note : setup.prefix_notes) {
     std::fprintf(stderr, "amc-eval: %s\n", note.c_str());
   }
-  const qwen2::Config& config = setup.checkpoint->config();
+  const transformer::Config& config = setup.checkpoint->config();
   MassProbe probe(config, setup.sparse, setup.supports);
-  qwen2::SessionOptions o;
-  o.attention = qwen2::AttentionMode::sparse;  // the cache keeps block summaries from prefill on
+  transformer::SessionOptions o;
+  o.attention = transformer::AttentionMode::sparse;  // the cache keeps block summaries from prefill on
   o.sparse = setup.sparse;
   o.threads = a.common.threads;
   o.kv_dtype = setup.kv_dtype;
   o.rope_angles = setup.rope_angles;
   bool observing = false;  // decode steps only: the prefill's logits are the dense model's
-  qwen2::Session* session_ptr = nullptr;
-  o.on_layer = [&](const qwen2::LayerAttention& la) {
+  transformer::Session* session_ptr = nullptr;
+  o.on_layer = [&](const transformer::LayerAttention& la) {
     if (observing) probe.observe(la, session_ptr->cache());
   };
-  qwen2::Session session(*setup.checkpoint, o);
+  transformer::Session session(*setup.checkpoint, o);
   session_ptr = &session;
-  session.set_decode(qwen2::AttentionMode::dense, setup.sparse, false);
+  session.set_decode(transformer::AttentionMode::dense, setup.sparse, false);
 
   std::int64_t total = 0;
   for (const ContextPlan& plan : setup.plans) {

@@ -20,32 +20,32 @@ double seconds_since(Clock::time_point start) {
 struct PairedRunner::State {
   PairedRunOptions options;
   std::unique_ptr<LayerProbe> probe;  // set during a teacher-forced pass only
-  qwen2::Session session;
+  transformer::Session session;
   std::int64_t prefix_length = 0;
   std::vector<float> logits;
 
-  State(const qwen2::Checkpoint& checkpoint, const PairedRunOptions& o)
+  State(const transformer::Checkpoint& checkpoint, const PairedRunOptions& o)
       : options(o), session(checkpoint, session_options(o)) {
     logits.resize(static_cast<std::size_t>(checkpoint.config().vocab_size));
   }
 
   // The session starts sparse so the cache keeps block summaries from the prefill on; dense
   // decode keeps them current, so switching to any support needs no rebuild.
-  qwen2::SessionOptions session_options(const PairedRunOptions& o) {
-    qwen2::SessionOptions s;
-    s.attention = qwen2::AttentionMode::sparse;
+  transformer::SessionOptions session_options(const PairedRunOptions& o) {
+    transformer::SessionOptions s;
+    s.attention = transformer::AttentionMode::sparse;
     s.sparse = o.sparse;
     s.threads = o.threads;
     s.kv_dtype = o.kv_dtype;
     s.rope_angles = o.rope_angles;
-    s.on_layer = [this](const qwen2::LayerAttention& a) {
+    s.on_layer = [this](const transformer::LayerAttention& a) {
       if (probe) probe->observe(a, session.cache());
     };
     return s;
   }
 };
 
-PairedRunner::PairedRunner(const qwen2::Checkpoint& checkpoint, const PairedRunOptions& options)
+PairedRunner::PairedRunner(const transformer::Checkpoint& checkpoint, const PairedRunOptions& options)
     : state_(std::make_unique<State>(checkpoint, options)) {}
 
 PairedRunner::~PairedRunner() = default;
@@ -54,9 +54,9 @@ DenseReference PairedRunner::reference(std::span<const std::int32_t> prefix, std
                                        const StepCallback& progress) {
   AMC_CHECK(tokens >= 2, "amc::eval::PairedRunner::reference", "tokens must be >= 2, got ", tokens);
   State& s = *state_;
-  qwen2::Session& session = s.session;
+  transformer::Session& session = s.session;
   session.reset();
-  session.set_decode(qwen2::AttentionMode::dense, s.options.sparse, false);
+  session.set_decode(transformer::AttentionMode::dense, s.options.sparse, false);
   s.prefix_length = static_cast<std::int64_t>(prefix.size());
   session.reserve(s.prefix_length + tokens);
   DenseReference r;
@@ -80,12 +80,12 @@ DenseReference PairedRunner::reference(std::span<const std::int32_t> prefix, std
 SupportRun PairedRunner::run(std::int64_t k, const DenseReference& reference,
                              const StepCallback& progress) {
   State& s = *state_;
-  qwen2::Session& session = s.session;
+  transformer::Session& session = s.session;
   const auto T = static_cast<std::int64_t>(reference.tokens.size());
   SparseConfig config = s.options.sparse;
   config.top_k = k;
   const auto mode =
-      s.options.dense_control ? qwen2::AttentionMode::dense : qwen2::AttentionMode::sparse;
+      s.options.dense_control ? transformer::AttentionMode::dense : transformer::AttentionMode::sparse;
   const char* stage = s.options.dense_control ? "dense control" : "sparse";
 
   SupportRun run;

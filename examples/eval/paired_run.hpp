@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "head_statistics.hpp"
-#include "qwen2/checkpoint.hpp"
-#include "qwen2/model.hpp"
+#include "transformer/checkpoint.hpp"
+#include "transformer/model.hpp"
 
 namespace amc::eval {
 
@@ -48,9 +48,9 @@ struct SupportRun {
 
 struct PairedRunOptions {
   SparseConfig sparse;  ///< block size, sinks, window, scope, score; top_k is set per support
-  /// KV cache dtype and RoPE angles; nullopt: the checkpoint's ("auto", qwen2::SessionOptions).
+  /// KV cache dtype and RoPE angles; nullopt: the checkpoint's ("auto", transformer::SessionOptions).
   std::optional<StorageType> kv_dtype;
-  std::optional<qwen2::RopeAngles> rope_angles;
+  std::optional<transformer::RopeAngles> rope_angles;
   int threads = 1;
   /// Control: "sparse" runs decode with dense attention, so every run must equal the reference.
   bool dense_control = false;
@@ -62,7 +62,7 @@ using StepCallback = std::function<void(const char* stage, std::int64_t step, st
 class PairedRunner {
  public:
   /// \param checkpoint must outlive the runner
-  PairedRunner(const qwen2::Checkpoint& checkpoint, const PairedRunOptions& options);
+  PairedRunner(const transformer::Checkpoint& checkpoint, const PairedRunOptions& options);
   ~PairedRunner();
 
   /// Dense prefill of `prefix` and the dense greedy continuation of `tokens` (>= 2) tokens.

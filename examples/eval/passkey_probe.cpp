@@ -15,8 +15,8 @@
 #include "documents.hpp"
 #include "greedy.hpp"
 #include "progress.hpp"
-#include "qwen2/model.hpp"
-#include "qwen2/model_files.hpp"
+#include "transformer/model.hpp"
+#include "transformer/model_files.hpp"
 #include "refuse.hpp"
 #include "text.hpp"
 
@@ -90,7 +90,7 @@ void PasskeyOptions::validate() const {
             threads);
   AMC_CHECK(kv_dtype == "auto" || kv_dtype == "bf16" || kv_dtype == "f32", kWhere,
             "--kv-dtype: expected auto, bf16 or f32, got '", kv_dtype, "'");
-  qwen2::parse_weight_dtype(weight_dtype);  // throws naming --weight-dtype
+  transformer::parse_weight_dtype(weight_dtype);  // throws naming --weight-dtype
   AMC_CHECK(rope_angles == "auto" || rope_angles == "transformers" || rope_angles == "exact",
             kWhere, "--rope-angles: expected auto, transformers or exact, got '", rope_angles, "'");
 
@@ -130,18 +130,18 @@ PasskeySetup prepare_passkey(const PasskeyOptions& options) {
   options.validate();
   PasskeySetup s;
   const std::filesystem::path model(options.model);
-  AMC_CHECK(std::filesystem::is_directory(model) || qwen2::is_gguf_file(model), kWhere,
+  AMC_CHECK(std::filesystem::is_directory(model) || transformer::is_gguf_file(model), kWhere,
             "--model: ", options.model,
             " is neither a checkpoint directory (config.json, model.safetensors, "
             "tokenizer.json) nor a GGUF file");
-  s.checkpoint = std::make_unique<qwen2::Checkpoint>(qwen2::Checkpoint::load(
-      model, {.weight_dtype = qwen2::parse_weight_dtype(options.weight_dtype)}));
-  const qwen2::Config& config = s.checkpoint->config();
-  s.kv_dtype = options.kv_dtype == "auto" ? qwen2::auto_kv_dtype(*s.checkpoint)
+  s.checkpoint = std::make_unique<transformer::Checkpoint>(transformer::Checkpoint::load(
+      model, {.weight_dtype = transformer::parse_weight_dtype(options.weight_dtype)}));
+  const transformer::Config& config = s.checkpoint->config();
+  s.kv_dtype = options.kv_dtype == "auto" ? transformer::auto_kv_dtype(*s.checkpoint)
                                           : parse_storage_type(options.kv_dtype);
   s.rope_angles = options.rope_angles == "auto"
-                      ? qwen2::auto_rope_angles(config)
-                      : qwen2::parse_rope_angles(options.rope_angles, "--rope-angles");
+                      ? transformer::auto_rope_angles(config)
+                      : transformer::parse_rope_angles(options.rope_angles, "--rope-angles");
   for (const std::int64_t c : options.contexts) {
     // The prompt's last token sits at position c - 1 and the last answer token is never fed:
     // an answer of `digits` tokens needs positions [0, c + digits - 1).
@@ -152,11 +152,11 @@ PasskeySetup prepare_passkey(const PasskeyOptions& options) {
               config.max_position_embeddings, ")");
   }
 
-  std::optional<qwen2::Tokenizer> tokenizer = qwen2::load_model_tokenizer(model);
+  std::optional<transformer::Tokenizer> tokenizer = transformer::load_model_tokenizer(model);
   AMC_CHECK(tokenizer.has_value(), kWhere,
-            "--model: ", qwen2::model_tokenizer_source(model).string(),
+            "--model: ", transformer::model_tokenizer_source(model).string(),
             " not found (needed to encode the --text documents and the prompts)");
-  s.tokenizer = std::make_unique<qwen2::Tokenizer>(std::move(*tokenizer));
+  s.tokenizer = std::make_unique<transformer::Tokenizer>(std::move(*tokenizer));
   for (Document& d : load_documents(options.text_files, s.tokenizer.get(), config.vocab_size)) {
     s.documents.push_back(make_passkey_document(std::move(d.path), d.ids, *s.tokenizer));
   }
@@ -213,9 +213,9 @@ PasskeySetup prepare_passkey(const PasskeyOptions& options) {
 // --- the runner -------------------------------------------------------------------------------
 
 struct PasskeyRunner::State {
-  const qwen2::Tokenizer& tokenizer;
+  const transformer::Tokenizer& tokenizer;
   SparseConfig base;
-  qwen2::Session session;
+  transformer::Session session;
   std::vector<float> logits;
   std::int64_t layers = 0;
   // The prompt of the last prefill().
@@ -229,8 +229,8 @@ struct PasskeyRunner::State {
   std::int64_t mass_count = 0;
   std::vector<std::int64_t> planted, selections;  // [layers]
 
-  State(const qwen2::Checkpoint& checkpoint, const qwen2::Tokenizer& t, const SparseConfig& b,
-        StorageType kv_dtype, qwen2::RopeAngles rope_angles, int threads)
+  State(const transformer::Checkpoint& checkpoint, const transformer::Tokenizer& t, const SparseConfig& b,
+        StorageType kv_dtype, transformer::RopeAngles rope_angles, int threads)
       : tokenizer(t),
         base(b),
         session(checkpoint, options(b, kv_dtype, rope_angles, threads)),
@@ -239,21 +239,21 @@ struct PasskeyRunner::State {
 
   // The session starts sparse so that the cache keeps block summaries from the prefill on
   // (dense decode keeps them current); set_decode adds what another rule needs.
-  qwen2::SessionOptions options(const SparseConfig& b, StorageType kv_dtype,
-                                qwen2::RopeAngles rope_angles, int threads) {
-    qwen2::SessionOptions o;
-    o.attention = qwen2::AttentionMode::sparse;
+  transformer::SessionOptions options(const SparseConfig& b, StorageType kv_dtype,
+                                transformer::RopeAngles rope_angles, int threads) {
+    transformer::SessionOptions o;
+    o.attention = transformer::AttentionMode::sparse;
     o.sparse = b;
     o.threads = threads;
     o.kv_dtype = kv_dtype;
     o.rope_angles = rope_angles;
-    o.on_layer = [this](const qwen2::LayerAttention& a) {
+    o.on_layer = [this](const transformer::LayerAttention& a) {
       if (observing) observe(a);
     };
     return o;
   }
 
-  void observe(const qwen2::LayerAttention& a) {
+  void observe(const transformer::LayerAttention& a) {
     AMC_CHECK(a.dense_output != nullptr && !a.sparse_operators.empty(), "amc::eval::PasskeyRunner",
               "the step ran no sparse and dense attention side by side");
     for (std::size_t h = 0; h < a.results.size(); ++h) {
@@ -279,9 +279,9 @@ struct PasskeyRunner::State {
   }
 };
 
-PasskeyRunner::PasskeyRunner(const qwen2::Checkpoint& checkpoint, const qwen2::Tokenizer& tokenizer,
+PasskeyRunner::PasskeyRunner(const transformer::Checkpoint& checkpoint, const transformer::Tokenizer& tokenizer,
                              const SparseConfig& base, StorageType kv_dtype,
-                             qwen2::RopeAngles rope_angles, int threads)
+                             transformer::RopeAngles rope_angles, int threads)
     : state_(std::make_unique<State>(checkpoint, tokenizer, base, kv_dtype, rope_angles, threads)) {
 }
 
@@ -292,7 +292,7 @@ void PasskeyRunner::prefill(const PasskeyPrompt& prompt) {
             prompt.ids.size(), " tokens; it needs at least 2");
   State& s = *state_;
   s.session.reset();
-  s.session.set_decode(qwen2::AttentionMode::dense, s.base, false);
+  s.session.set_decode(transformer::AttentionMode::dense, s.base, false);
   s.session.reserve(static_cast<std::int64_t>(prompt.ids.size()) + PasskeyOptions::kMaxDigits);
   s.prefix = static_cast<std::int64_t>(prompt.ids.size()) - 1;
   s.session.prefill(std::span(prompt.ids).first(static_cast<std::size_t>(s.prefix)), s.logits);
@@ -308,7 +308,7 @@ PasskeyAnswer PasskeyRunner::answer(const std::string& digits,
   AMC_CHECK(s.prefix > 0, "amc::eval::PasskeyRunner::answer", "no prompt: call prefill() first");
   s.session.truncate(s.prefix);
   if (sparse) {
-    s.session.set_decode(qwen2::AttentionMode::sparse, *sparse, true);
+    s.session.set_decode(transformer::AttentionMode::sparse, *sparse, true);
     s.scope = sparse->scope;
     s.mass_sum = 0.0;
     s.mass_count = 0;
@@ -316,7 +316,7 @@ PasskeyAnswer PasskeyRunner::answer(const std::string& digits,
     s.selections.assign(static_cast<std::size_t>(s.layers), 0);
     s.observing = true;
   } else {
-    s.session.set_decode(qwen2::AttentionMode::dense, s.base, false);
+    s.session.set_decode(transformer::AttentionMode::dense, s.base, false);
   }
   const char* stage = sparse ? "sparse answer" : "dense answer";
   PasskeyAnswer a;

@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "passkey_prompt.hpp"
-#include "qwen2/checkpoint.hpp"
-#include "qwen2/rope.hpp"
-#include "qwen2/tokenizer.hpp"
+#include "transformer/checkpoint.hpp"
+#include "transformer/rope.hpp"
+#include "transformer/tokenizer.hpp"
 #include "support_sizes.hpp"
 
 namespace amc::eval {
@@ -72,11 +72,11 @@ struct PasskeyCase {
 
 /// The model, tokenizer, documents and every prompt, checked before anything runs.
 struct PasskeySetup {
-  std::unique_ptr<qwen2::Checkpoint> checkpoint;  // sessions refer to it: it must not move
-  std::unique_ptr<qwen2::Tokenizer> tokenizer;
+  std::unique_ptr<transformer::Checkpoint> checkpoint;  // sessions refer to it: it must not move
+  std::unique_ptr<transformer::Tokenizer> tokenizer;
   std::vector<PasskeyDocument> documents;
   StorageType kv_dtype = StorageType::bf16;  ///< "auto" resolved for the checkpoint
-  qwen2::RopeAngles rope_angles = qwen2::RopeAngles::transformers;
+  transformer::RopeAngles rope_angles = transformer::RopeAngles::transformers;
   /// Ordered by context, trial, depth (contexts and depths ascending): a trial's depths one
   /// after the other.
   std::vector<PasskeyCase> cases;
@@ -113,8 +113,8 @@ class PasskeyRunner {
   /// \param checkpoint, tokenizer  must outlive the runner
   /// \param base  the selection settings (block size, sinks, window, scope, ...) the cache
   ///              keeps summaries for; runs set score and top_k
-  PasskeyRunner(const qwen2::Checkpoint& checkpoint, const qwen2::Tokenizer& tokenizer,
-                const SparseConfig& base, StorageType kv_dtype, qwen2::RopeAngles rope_angles,
+  PasskeyRunner(const transformer::Checkpoint& checkpoint, const transformer::Tokenizer& tokenizer,
+                const SparseConfig& base, StorageType kv_dtype, transformer::RopeAngles rope_angles,
                 int threads);
   ~PasskeyRunner();
 

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "amc/error.hpp"
-#include "qwen2/tokenizer.hpp"
+#include "transformer/tokenizer.hpp"
 
 namespace amc::eval {
 namespace {
@@ -42,7 +42,7 @@ bool is_continuation_byte(const std::string& text, std::int64_t byte) {
 }  // namespace
 
 PasskeyDocument make_passkey_document(std::string path, std::span<const std::int32_t> ids,
-                                      const qwen2::Tokenizer& tokenizer) {
+                                      const transformer::Tokenizer& tokenizer) {
   PasskeyDocument d;
   d.path = std::move(path);
   d.token_offsets.reserve(ids.size() + 1);
@@ -93,7 +93,7 @@ PasskeyDraw draw_passkey(const std::vector<PasskeyDocument>& documents, std::int
   return draw;
 }
 
-PasskeyPrompt make_passkey_prompt(const qwen2::Tokenizer& tokenizer,
+PasskeyPrompt make_passkey_prompt(const transformer::Tokenizer& tokenizer,
                                   const PasskeyDocument& document, std::int64_t start_byte,
                                   std::int64_t context, double depth, const std::string& digits) {
   constexpr const char* where = "amc::eval::make_passkey_prompt";

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-namespace amc::qwen2 {
+namespace amc::transformer {
 class Tokenizer;
 }
 
@@ -40,7 +40,7 @@ struct PasskeyDocument {
 
 /// The document of `ids` (a file encoded with `tokenizer`).
 PasskeyDocument make_passkey_document(std::string path, std::span<const std::int32_t> ids,
-                                      const qwen2::Tokenizer& tokenizer);
+                                      const transformer::Tokenizer& tokenizer);
 
 /// What a (context, trial) draws, shared by all its depths, selectors and supports.
 struct PasskeyDraw {
@@ -76,7 +76,7 @@ struct PasskeyPrompt {
 /// to the tokens that make the prompt exactly `context` long. Throws amc::error when the
 /// document lacks the text (it needs `context` tokens from start_byte) or the context is too
 /// short for the record and the question.
-PasskeyPrompt make_passkey_prompt(const qwen2::Tokenizer& tokenizer,
+PasskeyPrompt make_passkey_prompt(const transformer::Tokenizer& tokenizer,
                                   const PasskeyDocument& document, std::int64_t start_byte,
                                   std::int64_t context, double depth, const std::string& digits);
 

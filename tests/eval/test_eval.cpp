@@ -15,9 +15,9 @@
 #include "documents.hpp"
 #include "layer_probe.hpp"
 #include "paired_run.hpp"
-#include "qwen2/checkpoint.hpp"
-#include "qwen2/generate.hpp"
-#include "qwen2_test_support.hpp"
+#include "transformer/checkpoint.hpp"
+#include "transformer/generate.hpp"
+#include "transformer_test_support.hpp"
 #include "run_log.hpp"
 #include "summary.hpp"
 #include "support_sizes.hpp"
@@ -25,9 +25,9 @@
 namespace {
 
 using namespace amc::eval;
-using amc::qwen2::Checkpoint;
-using amc::qwen2::test::prompt_ids;
-using amc::qwen2::test::TempDir;
+using amc::transformer::Checkpoint;
+using amc::transformer::test::prompt_ids;
+using amc::transformer::test::TempDir;
 
 }  // namespace
 
@@ -121,7 +121,7 @@ struct Independent {
   std::int64_t steps = 0;
 };
 
-void recompute(const amc::qwen2::LayerAttention& a, const amc::qwen2::KvCache& cache,
+void recompute(const amc::transformer::LayerAttention& a, const amc::transformer::KvCache& cache,
                const amc::SparseConfig& config, std::int64_t heads, Independent& out) {
   const std::int64_t d = cache.head_dim();
   const std::int64_t n = a.positions;
@@ -180,10 +180,10 @@ void recompute(const amc::qwen2::LayerAttention& a, const amc::qwen2::KvCache& c
 
 TEST_CASE("the layer probe's mass, error norm and recall match a double recomputation", "[eval]") {
   TempDir dir("eval_probe");
-  amc::qwen2::write_synthetic_checkpoint(dir.path(),
-                                         amc::qwen2::test::wide_spec(amc::StorageType::f32));
+  amc::transformer::write_synthetic_checkpoint(dir.path(),
+                                         amc::transformer::test::wide_spec(amc::StorageType::f32));
   const Checkpoint checkpoint = Checkpoint::load(dir.path());
-  const amc::qwen2::Config& cfg = checkpoint.config();
+  const amc::transformer::Config& cfg = checkpoint.config();
   const std::int64_t cells = cfg.num_hidden_layers * cfg.num_attention_heads;
   for (const auto scope : {amc::SelectionScope::per_head, amc::SelectionScope::per_group}) {
     for (const auto score : {amc::ScoreRule::mean_pooled, amc::ScoreRule::channel_bound}) {
@@ -199,17 +199,17 @@ TEST_CASE("the layer probe's mass, error norm and recall match a double recomput
       Independent reference{std::vector<double>(static_cast<std::size_t>(cells), 0.0),
                             std::vector<double>(static_cast<std::size_t>(cells), 0.0),
                             std::vector<double>(static_cast<std::size_t>(cells), 0.0)};
-      amc::qwen2::SessionOptions o;
-      o.attention = amc::qwen2::AttentionMode::sparse;
+      amc::transformer::SessionOptions o;
+      o.attention = amc::transformer::AttentionMode::sparse;
       o.sparse = config;
       o.retained_mass = true;
       o.kv_dtype = amc::StorageType::f32;
-      amc::qwen2::Session* session = nullptr;
-      o.on_layer = [&](const amc::qwen2::LayerAttention& a) {
+      amc::transformer::Session* session = nullptr;
+      o.on_layer = [&](const amc::transformer::LayerAttention& a) {
         probe.observe(a, session->cache());
         recompute(a, session->cache(), config, cfg.num_attention_heads, reference);
       };
-      amc::qwen2::Session s(checkpoint, o);
+      amc::transformer::Session s(checkpoint, o);
       session = &s;
       std::vector<float> logits(static_cast<std::size_t>(cfg.vocab_size));
       s.prefill(prompt_ids(80, cfg.vocab_size, 5), logits);
@@ -235,8 +235,8 @@ TEST_CASE("the layer probe's mass, error norm and recall match a double recomput
 
 TEST_CASE("the paired runner equals fresh sessions decoding without truncation", "[eval]") {
   TempDir dir("eval_runner");
-  amc::qwen2::write_synthetic_checkpoint(dir.path(),
-                                         amc::qwen2::test::wide_spec(amc::StorageType::bf16));
+  amc::transformer::write_synthetic_checkpoint(dir.path(),
+                                         amc::transformer::test::wide_spec(amc::StorageType::bf16));
   const Checkpoint checkpoint = Checkpoint::load(dir.path());
   const std::int64_t vocab = checkpoint.config().vocab_size;
   const std::vector<std::int32_t> prefix = prompt_ids(200, vocab, 9);
@@ -249,12 +249,12 @@ TEST_CASE("the paired runner equals fresh sessions decoding without truncation",
   PairedRunner runner(checkpoint, options);
   const DenseReference reference = runner.reference(prefix, T);
 
-  // The dense reference is amc-qwen2's greedy generation.
-  amc::qwen2::GenerationOptions g;
+  // The dense reference is amc-generate's greedy generation.
+  amc::transformer::GenerationOptions g;
   g.max_tokens = T;
   {
-    amc::qwen2::Session dense(checkpoint);
-    const amc::qwen2::GenerationResult r = amc::qwen2::generate(dense, prefix, g);
+    amc::transformer::Session dense(checkpoint);
+    const amc::transformer::GenerationResult r = amc::transformer::generate(dense, prefix, g);
     for (std::int64_t t = 0; t < T; ++t) CHECK(r.tokens[t].token == reference.tokens[t]);
   }
   bool diverged = false;
@@ -263,12 +263,12 @@ TEST_CASE("the paired runner equals fresh sessions decoding without truncation",
     const SupportRun run = runner.run(k, reference);
     amc::SparseConfig config = options.sparse;
     config.top_k = k;
-    amc::qwen2::SessionOptions o;
-    o.attention = amc::qwen2::AttentionMode::sparse;
+    amc::transformer::SessionOptions o;
+    o.attention = amc::transformer::AttentionMode::sparse;
     o.sparse = config;
     // Free-running sparse generation from a fresh prefill.
-    amc::qwen2::Session sparse(checkpoint, o);
-    const amc::qwen2::GenerationResult r = amc::qwen2::generate(sparse, prefix, g);
+    amc::transformer::Session sparse(checkpoint, o);
+    const amc::transformer::GenerationResult r = amc::transformer::generate(sparse, prefix, g);
     REQUIRE(run.tokens.size() == static_cast<std::size_t>(T));
     for (std::int64_t t = 0; t < T; ++t) CHECK(r.tokens[t].token == run.tokens[t]);
     std::int64_t first = T;
@@ -278,7 +278,7 @@ TEST_CASE("the paired runner equals fresh sessions decoding without truncation",
     CHECK(run.first_divergence == first);
     diverged = diverged || first < T;
     // Teacher forcing from a fresh prefill.
-    amc::qwen2::Session forced(checkpoint, o);
+    amc::transformer::Session forced(checkpoint, o);
     std::vector<float> logits(static_cast<std::size_t>(vocab));
     forced.prefill(prefix, logits);
     for (std::int64_t t = 1; t < T; ++t) {

@@ -22,19 +22,19 @@
 #include "passkey_command.hpp"
 #include "passkey_probe.hpp"
 #include "passkey_prompt.hpp"
-#include "qwen2/checkpoint.hpp"
-#include "qwen2/model.hpp"
-#include "qwen2/synth_tokenizer.hpp"
-#include "qwen2/tokenizer.hpp"
-#include "qwen2_test_support.hpp"
+#include "transformer/checkpoint.hpp"
+#include "transformer/model.hpp"
+#include "transformer/synth_tokenizer.hpp"
+#include "transformer/tokenizer.hpp"
+#include "transformer_test_support.hpp"
 
 namespace {
 
 using namespace amc::eval;
 using amc::eval::test::code_text;
-using amc::qwen2::Tokenizer;
-using amc::qwen2::test::read_file;
-using amc::qwen2::test::TempDir;
+using amc::transformer::Tokenizer;
+using amc::transformer::test::read_file;
+using amc::transformer::test::TempDir;
 
 const std::filesystem::path kTiny = AMC_TEST_TINY_MODEL_DIR;
 
@@ -188,7 +188,7 @@ TEST_CASE(
 }
 
 TEST_CASE("passkey prompt: with a BPE tokenizer each part is encoded on its own", "[passkey]") {
-  const Tokenizer bpe = Tokenizer::from_json(amc::qwen2::synthetic_tokenizer_json(600));
+  const Tokenizer bpe = Tokenizer::from_json(amc::transformer::synthetic_tokenizer_json(600));
   const std::string text = code_text(300, 9);
   const std::vector<std::int32_t> ids = bpe.encode(text);
   const PasskeyDocument document = make_passkey_document("doc.py", ids, bpe);
@@ -400,7 +400,7 @@ TEST_CASE(
     "passkey: planted in support is 1 with the value in the window, 0 when no support "
     "can hold it",
     "[passkey]") {
-  const amc::qwen2::Checkpoint checkpoint = amc::qwen2::Checkpoint::load(kTiny);
+  const amc::transformer::Checkpoint checkpoint = amc::transformer::Checkpoint::load(kTiny);
   const PasskeyDocument document = byte_document(code_text(120, 8));
   // 16 digits: 16 positions, more than one block of 8 can hold.
   const std::string digits = "3141592653589793";
@@ -410,7 +410,7 @@ TEST_CASE(
   base.window = 16;
   base.top_k = 1;
   PasskeyRunner runner(checkpoint, tiny_tokenizer(), base, amc::StorageType::bf16,
-                       amc::qwen2::RopeAngles::exact, 2);
+                       amc::transformer::RopeAngles::exact, 2);
 
   // Record near the end: inside a window of 128, whatever is selected.
   const PasskeyPrompt late = make_passkey_prompt(tiny_tokenizer(), document, 0, 256, 0.8, digits);

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "catch.hpp"
-#include "qwen2_test_support.hpp"
+#include "transformer_test_support.hpp"
 #include "retrieval_command.hpp"
 #include "retrieval_probe.hpp"
 
@@ -22,8 +22,8 @@ namespace {
 using amc::ScoreRule;
 using amc::eval::RetrievalProbeOptions;
 using amc::eval::RetrievalProbeResult;
-using amc::qwen2::test::read_file;
-using amc::qwen2::test::TempDir;
+using amc::transformer::test::read_file;
+using amc::transformer::test::TempDir;
 
 /// Mean hit rate over depths of the rows of one (selector, block size), all else fixed.
 double hit_rate(const std::vector<RetrievalProbeResult>& rows, ScoreRule selector,

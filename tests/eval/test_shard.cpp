@@ -17,7 +17,7 @@
 #include "catch.hpp"
 #include "eval/code_text.hpp"
 #include "merge.hpp"
-#include "qwen2_test_support.hpp"
+#include "transformer_test_support.hpp"
 #include "run_log.hpp"
 #include "shard.hpp"
 #include "sweep.hpp"
@@ -26,8 +26,8 @@ namespace {
 
 using namespace amc::eval;
 using amc::eval::test::code_text;
-using amc::qwen2::test::read_file;
-using amc::qwen2::test::TempDir;
+using amc::transformer::test::read_file;
+using amc::transformer::test::TempDir;
 namespace fs = std::filesystem;
 
 const fs::path kTiny = AMC_TEST_TINY_MODEL_DIR;

@@ -5,7 +5,7 @@ ${AMC_MODEL_CACHE:-$HOME/.cache/amc}/SmolLM2-135M-Instruct.Q4_1.gguf; scripts/fe
 it there. A missing file FAILS every test (it never skips). The reference is
 tests/tools/gguf_reference.py (gguf-py and numpy, none of amc's code); it needs the packages that
 scripts/python-test-deps installs into build/venv. The amc tool is env AMC_GENERATE (ctest sets
-it to amc-qwen2), run as
+it to amc-generate), run as
 
   $AMC_GENERATE --model MODEL.gguf --weight-dtype f32 --kv-dtype f32 --prompt-ids IDS -n 1
                 --logits-out OUT.safetensors --threads 2
@@ -172,9 +172,9 @@ def test_amc_logits_match_reference(reference, tmp_path):
     tool = os.environ.get("AMC_GENERATE")
     if not tool:
         pytest.fail("AMC_GENERATE is not set: the amc generation tool to test, e.g. "
-                    "build/release/examples/qwen2/amc-qwen2 (ctest sets it)")
+                    "build/release/examples/transformer/amc-generate (ctest sets it)")
     if not os.access(tool, os.X_OK):
-        pytest.fail(f"AMC_GENERATE={tool} is not an executable: build amc-qwen2")
+        pytest.fail(f"AMC_GENERATE={tool} is not an executable: build amc-generate")
     out = tmp_path / "logits.safetensors"
     args = [tool, "--model", reference["path"], "--weight-dtype", "f32", "--kv-dtype", "f32",
             "--prompt-ids", ",".join(map(str, reference["ids"])), "-n", "1",

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The tools' outputs on fixed inputs, byte for byte against tests/golden/tool_outputs.json.
 
-Refactorings must not change what amc-qwen2, amc-eval and amc-bounds compute: this runs each
+Refactorings must not change what amc-generate, amc-eval and amc-bounds compute: this runs each
 on fixed inputs (data/qwen2-tiny, a held-out-style text, a q/k/v dump written here from a seeded
 generator) with the portable scalar kernels and one thread, so the numbers do not depend on the
 machine's instruction set or on scheduling, and compares every output file with the recorded

@@ -3,7 +3,7 @@
 RMSNorm, rotate-half RoPE, grouped-query attention with q/k/v biases, SwiGLU MLP, tied
 embeddings. Written out here rather than imported from transformers so that the recipe needs
 only Debian's python3-torch, and so that every operation the C++ reference transformer
-(examples/qwen2) implements is visible in one page.
+(examples/transformer) implements is visible in one page.
 """
 
 import math
@@ -32,7 +32,7 @@ class TinyConfig:
 
     def hf_config(self, eos_token_id: int, description: str = "", *, rope: str) -> dict:
         """config.json in the Hugging Face Qwen2 format that amc's parse_config reads;
-        `description` goes into "amc_description", which amc-qwen2 --demo prints, and `rope`,
+        `description` goes into "amc_description", which amc-generate --demo prints, and `rope`,
         the rotary-angle convention the model was trained with (rope_tables), into
         "amc_rope_angles", which amc's reference transformer follows by default."""
         if rope not in ("exact", "transformers"):

@@ -1,4 +1,0 @@
-// The generic variant of the prefill GEMM (compile flags set in CMakeLists.txt).
-#define AMC_QWEN2_GEMM_FUNCTION gemm_generic
-#define AMC_QWEN2_EIGEN_NAMESPACE amc_qwen2_eigen_generic
-#include "gemm_variant.inc"

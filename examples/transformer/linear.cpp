@@ -1,0 +1,124 @@
+// Weight products: SIMD dot per row for decode, f32 tiles and Eigen's GEMM for prefill.
+#include "linear.hpp"
+
+#include <amc/error.hpp>
+#include <amc/kernels/kernel_table.hpp>
+
+#include <algorithm>
+#include <string_view>
+#include <vector>
+
+namespace amc::transformer {
+
+namespace gemm {
+// Defined in gemm/gemm_*.cpp; the AVX variants only where CMake compiled them.
+#define AMC_TRANSFORMER_GEMM_SIGNATURE                                                               \
+  (const float*, std::int64_t, const float*, std::int64_t, float*, std::int64_t, std::int64_t, \
+   std::int64_t, std::int64_t, bool, bool)
+void gemm_generic AMC_TRANSFORMER_GEMM_SIGNATURE;
+#ifdef AMC_TRANSFORMER_GEMM_AVX2
+void gemm_avx2 AMC_TRANSFORMER_GEMM_SIGNATURE;
+#endif
+#ifdef AMC_TRANSFORMER_GEMM_AVX512
+void gemm_avx512 AMC_TRANSFORMER_GEMM_SIGNATURE;
+#endif
+#undef AMC_TRANSFORMER_GEMM_SIGNATURE
+}  // namespace gemm
+
+namespace {
+
+using GemmFunction = void (*)(const float*, std::int64_t, const float*, std::int64_t, float*,
+                              std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool);
+
+struct GemmChoice {
+  GemmFunction function;
+  const char* name;
+};
+
+// Follows amc's kernel dispatch, which already knows what this CPU (and AMC_KERNELS) allows:
+// the GEMM never uses instructions the chosen kernels would not.
+GemmChoice choose_gemm() {
+  [[maybe_unused]] const std::string_view isa = kernels::active().name;
+#ifdef AMC_TRANSFORMER_GEMM_AVX512
+  if (isa == "avx512") return {&gemm::gemm_avx512, "avx512"};
+#endif
+#ifdef AMC_TRANSFORMER_GEMM_AVX2
+  if (isa == "avx512" || isa == "avx2") return {&gemm::gemm_avx2, "avx2"};
+#endif
+  return {&gemm::gemm_generic, "generic"};
+}
+
+const GemmChoice& gemm_choice() {
+  static const GemmChoice choice = choose_gemm();
+  return choice;
+}
+
+}  // namespace
+
+const char* gemm_isa() { return gemm_choice().name; }
+
+void gemm_f32(const float* a, std::int64_t a_stride, const float* b, std::int64_t b_stride,
+              float* c, std::int64_t c_stride, std::int64_t m, std::int64_t n, std::int64_t k,
+              bool transposed, bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  gemm_choice().function(a, a_stride, b, b_stride, c, c_stride, m, n, k, transposed, accumulate);
+}
+
+void matvec(const Matrix& w, const float* x, const float* bias, std::int64_t begin,
+            std::int64_t end, float* y) {
+  const auto dot = kernels::active().dot[kernels::index_of(w.dtype)];
+  // Prefetching the row kPrefetchRows ahead keeps more cache misses in flight than the hardware
+  // prefetcher alone: one thread then streams the weights ~10% faster (40 vs 36 GB/s here).
+  constexpr std::int64_t kPrefetchRows = 4;
+  [[maybe_unused]] const auto row_bytes = static_cast<std::int64_t>(w.cols * w.element_bytes());
+  for (std::int64_t r = begin; r < end; ++r) {
+#if defined(__GNUC__)
+    if (r + kPrefetchRows < w.rows) {
+      const auto* ahead = static_cast<const char*>(w.row(r + kPrefetchRows));
+      for (std::int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b);
+    }
+#endif
+    y[r] = dot(x, w.row(r), w.cols) + (bias != nullptr ? bias[r] : 0.0f);
+  }
+}
+
+std::int64_t Stack::rows() const {
+  std::int64_t total = 0;
+  for (const Matrix* m : parts) total += m->rows;
+  return total;
+}
+
+void matmul(const Stack& w, std::int64_t begin, std::int64_t end, const float* x, std::int64_t n,
+            std::int64_t x_stride, const float* bias, float* y, std::int64_t y_stride) {
+  const std::int64_t cols = w.cols();
+  const std::int64_t rows = end - begin;
+  if (rows <= 0) return;
+  // The rows [begin, end) as one f32 [rows, cols] operand: in place when they are f32 rows of
+  // one matrix, else converted into a per-thread tile (reused across calls).
+  thread_local std::vector<float> tile;
+  const float* b = nullptr;
+  std::int64_t first = 0;  // stacked index of the current part's row 0
+  for (const Matrix* m : w.parts) {
+    const std::int64_t lo = std::max(begin, first), hi = std::min(end, first + m->rows);
+    if (lo < hi) {
+      if (lo == begin && hi == end && m->dtype == StorageType::f32) {
+        b = static_cast<const float*>(m->row(lo - first));
+        break;
+      }
+      tile.resize(static_cast<std::size_t>(rows * cols));
+      kernels::active().load[kernels::index_of(m->dtype)](
+          m->row(lo - first), tile.data() + (lo - begin) * cols, (hi - lo) * cols);
+      b = tile.data();
+    }
+    first += m->rows;
+  }
+  gemm_f32(x, x_stride, b, cols, y + begin, y_stride, n, rows, cols);
+  if (bias != nullptr) {
+    for (std::int64_t t = 0; t < n; ++t) {
+      float* out = y + t * y_stride;
+      for (std::int64_t r = begin; r < end; ++r) out[r] += bias[r];
+    }
+  }
+}
+
+}  // namespace amc::transformer

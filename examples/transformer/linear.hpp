@@ -1,0 +1,52 @@
+// Products with weight matrices in their stored dtype: matrix-vector (decode) through amc's
+// SIMD dot kernel, matrix-matrix (prefill) through Eigen's GEMM on f32 tiles of the weights.
+//
+// Both compute a caller-chosen range of output rows of the weight, so callers split the rows
+// over threads. An output element's value depends only on its row (and, for matmul, on the
+// fixed tile it falls in), never on which thread computed it, so results are the same for any
+// thread count.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "checkpoint.hpp"
+
+namespace amc::transformer {
+
+/// y[r] = <x, W[r]> (+ bias[r]) for r in [begin, end).
+/// \param x    [W.cols] f32
+/// \param bias [W.rows] or nullptr
+/// \param y    [W.rows]: only entries [begin, end) are written
+void matvec(const Matrix& w, const float* x, const float* bias, std::int64_t begin,
+            std::int64_t end, float* y);
+
+/// Weight matrices with the same number of columns stacked by rows, e.g. the q, k and v
+/// projections, which multiply the same input: one product fills [Q | K | V] side by side.
+struct Stack {
+  std::span<const Matrix* const> parts;
+  std::int64_t rows() const;
+  std::int64_t cols() const { return parts.front()->cols; }
+};
+
+/// Y[t, r] = <X[t], W[r]> (+ bias[r]) for t < n and stacked rows r in [begin, end), as one
+/// GEMM on an f32 copy of those rows (f32 rows of a single matrix are used in place). Callers
+/// keep [begin, end) fixed for a given stack, independent of the thread count.
+/// \param x    [n, x_stride] f32, the first cols() columns used
+/// \param bias [rows()] stacked biases, or nullptr
+/// \param y    [n, y_stride]: columns [begin, end) are written
+void matmul(const Stack& w, std::int64_t begin, std::int64_t end, const float* x, std::int64_t n,
+            std::int64_t x_stride, const float* bias, float* y, std::int64_t y_stride);
+
+/// The f32 GEMM matmul() uses: C[m, n] (+)= A[m, k] op(B), with op(B) = B^T for B [n, k]
+/// (transposed) or B for B [k, n]; row-major operands with the given row strides; accumulate
+/// adds to C instead of overwriting it. Exposed for the prefill's attention and the
+/// benchmark's FLOP/s baseline.
+void gemm_f32(const float* a, std::int64_t a_stride, const float* b, std::int64_t b_stride,
+              float* c, std::int64_t c_stride, std::int64_t m, std::int64_t n, std::int64_t k,
+              bool transposed = true, bool accumulate = false);
+
+/// Name of the instruction set of the GEMM chosen at run time ("avx512", "avx2", "generic").
+const char* gemm_isa();
+
+}  // namespace amc::transformer

@@ -1,0 +1,160 @@
+// The forward pass over a Checkpoint of any supported family (Qwen2, Qwen3, Llama: family.hpp):
+// batched dense prefill and single-token decode with dense or block-sparse attention through amc.
+//
+// Per layer (as in transformers' modeling_qwen2.py, modeling_qwen3.py, modeling_llama.py):
+// x += o_proj(attention(rope(qn(q)), rope(kn(k)), v)) of rmsnorm(x), where qn and kn are Qwen3's
+// per-head RMSNorms (identity for the other families) and q, k, v, o carry biases as the config
+// says; x += down(silu(gate(h)) * up(h)) of h = rmsnorm(x); then a final rmsnorm and the
+// unembedding (tied or lm_head). Everything is computed in f32; weights are read in their
+// stored dtype.
+#pragma once
+
+#include <amc/attention/decode.hpp>
+#include <amc/attention/sparse_config.hpp>
+#include <amc/storage.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "checkpoint.hpp"
+#include "kv_cache.hpp"
+#include "rope.hpp"
+
+namespace amc::transformer {
+
+enum class AttentionMode : std::uint8_t { dense, sparse };
+
+/// What the attention of one layer did in a decode step, for evaluation tools (retained mass,
+/// error norms, selector recall). Pointers are valid during the callback only.
+struct LayerAttention {
+  std::int64_t layer = 0;
+  std::int64_t positions = 0;      ///< cached positions attended over (the new token's included)
+  std::int64_t group = 0;          ///< query heads per KV head; head h uses KV head h / group
+  const float* queries = nullptr;  ///< [heads, head_dim] after RoPE, unscaled
+  const float* output = nullptr;   ///< [heads, head_dim] the attention output the model used
+  std::span<const HeadResult> results;  ///< [heads] lse and positions read of that output
+  /// Dense output and results when the step also ran dense attention (sparse decode with
+  /// retained mass); nullptr and empty otherwise.
+  const float* dense_output = nullptr;
+  std::span<const HeadResult> dense_results;
+  /// [kv_heads] the block-sparse operators of this layer's call (their selected_blocks(),
+  /// support() and block_scores()); empty for dense decode.
+  std::span<const BlockSparseDecode<>> sparse_operators;
+};
+
+struct SessionOptions {
+  /// Decode attention; prefill is always dense.
+  AttentionMode attention = AttentionMode::dense;
+  /// The block-sparse configuration (attention == sparse): block size, k, sinks, window, scope
+  /// (per head or per group) and score rule (mean, bound, oracle, twostage, submean). Selection is
+  /// fresh at every decode step, layer and head.
+  SparseConfig sparse;
+  /// Threads for everything, the caller included (capped at the hardware's). Results are
+  /// identical for every count.
+  int threads = 1;
+  /// Sparse decode also runs dense attention, to report the retained mass exp(L_S - L_all).
+  bool retained_mass = false;
+  /// Arithmetic of dense decode attention (attention == dense): exact_f32, or the opt-in
+  /// bf16_products (amc/attention/arithmetic.hpp: AVX512_BF16 on a bf16 cache, else exact_f32).
+  /// The dense pass of retained mass is always exact_f32.
+  AttentionArithmetic dense_arithmetic = AttentionArithmetic::exact_f32;
+  /// KV cache storage, bf16 or f32; nullopt ("auto") is the checkpoint's: auto_kv_dtype().
+  /// Session::options() holds the resolved value.
+  std::optional<StorageType> kv_dtype;
+  /// RoPE angle convention (rope.hpp); nullopt ("auto") is the one the checkpoint's
+  /// config.json names, else transformers': auto_rope_angles(). Session::options() holds the
+  /// resolved value.
+  std::optional<RopeAngles> rope_angles;
+  /// Called after the attention of every layer of every decode step, when set.
+  std::function<void(const LayerAttention&)> on_layer;
+};
+
+/// The KV cache dtype "auto" means for a checkpoint: the dtype its weight matrices are stored
+/// in (Checkpoint::weight_dtype()), which is what amc computes with (it never converts them to
+/// config.json's torch_dtype, a declaration a re-saved file need not match): bf16 weights give
+/// a bf16 cache, f32 weights an f32 cache, so that an f32 checkpoint's keys and values are not
+/// rounded to bf16 (issue 13 measured step 0's logits 2.3e-3 of the logit range away from a
+/// float64 reference with a bf16 cache, 6.8e-7 with an f32 one). f16 weights give an f32
+/// cache: the cache offers bf16 and f32 only, and bf16 would keep 3 mantissa bits fewer than
+/// the f16 model's own activations, while f32 holds every f16 value exactly.
+StorageType auto_kv_dtype(const Checkpoint& checkpoint);
+
+/// The RoPE angle convention "auto" means for a config: its "amc_rope_angles" when present
+/// (models amc trained, such as data/qwen2-tiny with "exact"), else transformers' (float32
+/// angles, as pretrained Qwen2 models were trained and as transformers runs them).
+RopeAngles auto_rope_angles(const Config& config);
+
+/// What one decode step read.
+struct StepStats {
+  /// [layers, heads] retained mass exp(L_S - L_all) per query head, when the step computed it
+  /// (sparse decode with retained_mass); empty otherwise.
+  std::vector<float> retained_mass;
+  /// Minimum of retained_mass, or NaN when it was not computed.
+  float min_retained_mass = 0.0f;
+  /// Positions read by the attention, summed over layers and query heads.
+  std::int64_t positions_read = 0;
+  /// Query heads, over all layers, whose attention result was not finite (HeadResult::finite
+  /// false: NaN or Inf reached the attention, e.g. from NaN weights); 0 on a healthy step.
+  std::int64_t non_finite_heads = 0;
+  /// Layer and query head of the first of them; -1 when there is none.
+  std::int64_t first_non_finite_layer = -1;
+  std::int64_t first_non_finite_head = -1;
+};
+
+/// One sequence being generated: the KV cache, scratch and threads of a forward pass over a
+/// Checkpoint (which must outlive the session). Not thread-safe; use one session per sequence.
+class Session {
+ public:
+  /// Throws amc::error on invalid options (sparse config, threads < 1, KV dtype). Options left
+  /// to "auto" (kv_dtype, rope_angles) are resolved for the checkpoint.
+  explicit Session(const Checkpoint& checkpoint, SessionOptions options = {});
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  ~Session();
+
+  const Config& config() const;
+  const SessionOptions& options() const;
+  /// Positions in the cache (tokens processed so far).
+  std::int64_t positions() const;
+  const KvCache& cache() const;
+  /// Allocates the cache for `positions` tokens up front.
+  void reserve(std::int64_t positions);
+
+  /// Dense batched forward of `tokens` at positions [positions(), positions() + n), appending
+  /// their keys and values to the cache.
+  /// \param logits [vocab]: the last token's logits; with all_positions, [n, vocab]: every
+  ///               token's. Throws amc::error for ids outside [0, vocab) or a wrong size.
+  void prefill(std::span<const std::int32_t> tokens, std::span<float> logits,
+               bool all_positions = false);
+
+  /// One token at position positions() through the decode path (dense or block-sparse
+  /// attention per the options). Non-finite numbers are not an error here: they show in the
+  /// logits and in StepStats::non_finite_heads (generate() refuses them). \param logits [vocab]
+  const StepStats& decode(std::int32_t token, std::span<float> logits);
+
+  /// Forgets every position.
+  void reset();
+  /// Keeps the first `positions` positions of the cache and forgets the rest, so one prefill
+  /// can be shared by several continuations: truncate(prefix length), then decode again. What
+  /// follows is bitwise what a fresh session holding only those positions would compute.
+  /// Throws amc::error unless 0 <= positions <= positions().
+  void truncate(std::int64_t positions);
+  /// Switches decode attention without a new prefill (the options' attention, sparse and
+  /// retained_mass fields), validated as the constructor validates them. Block summaries are
+  /// rebuilt from the cache when the new configuration needs a block size or channel bounds
+  /// the cache does not keep; otherwise the existing ones stay (dense decode keeps them
+  /// current, so switching back costs nothing). Throws amc::error on an invalid sparse config.
+  void set_decode(AttentionMode attention, const SparseConfig& sparse, bool retained_mass);
+  /// Replaces the cache with `positions` random keys and values (benchmarks of long contexts).
+  void fill_random_cache(std::int64_t positions, std::uint64_t seed);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace amc::transformer
