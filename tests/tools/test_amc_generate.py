@@ -107,6 +107,19 @@ def hostile_files(qwen2, good, tmp):
         check_refusal([qwen2, "--model", model, "--prompt-ids", "5,6,7", "-n", "3", "--json",
                            "--logits-out", out], words)
         check(not os.path.exists(out), f"{label}: --logits-out file left behind")
+    # Hostile GGUF files (the reader's own cases are tests/test_gguf.cpp's): one line, exit 2.
+    gguf_cases = {
+        "version_1": (b"GGUF" + struct.pack("<I", 1) + bytes(16), ["GGUF version 1 is not supported"]),
+        "tensor_count": (b"GGUF" + struct.pack("<IQQ", 3, 1 << 62, 0),
+                         ["tensor count 4611686018427387904 exceeds what the remaining 0 bytes could hold"]),
+        "metadata_count": (b"GGUF" + struct.pack("<IQQ", 3, 0, 1 << 40), ["metadata count 1099511627776"]),
+        "cut": (b"GGUF" + struct.pack("<I", 3) + b"\x01", ["file truncated: the tensor count needs 8 bytes"]),
+    }
+    for label, (data, words) in gguf_cases.items():
+        path = os.path.join(tmp, f"hostile_{label}.gguf")
+        with open(path, "wb") as f:
+            f.write(data)
+        check_refusal([qwen2, "--model", path, "--prompt", "x"], ["amc::GgufFile::open", path, *words])
     # Arguments that would exhaust memory are refused before allocating.
     check_refusal([qwen2, "--model", good, "--prompt-ids", "5", "-n", "9223372036854775807"],
                       ["max_position_embeddings (32768)"])
