@@ -21,8 +21,8 @@
 namespace {
 
 const amc::transformer::Tokenizer& tokenizer() {
-  static const amc::transformer::Tokenizer instance =
-      amc::transformer::Tokenizer::from_json(amc::transformer::synthetic_tokenizer_json(300), "synthetic");
+  static const amc::transformer::Tokenizer instance = amc::transformer::Tokenizer::from_json(
+      amc::transformer::synthetic_tokenizer_json(300), "synthetic");
   return instance;
 }
 

@@ -167,8 +167,8 @@ TEST_CASE("the default options resolve to the checkpoint's own settings", "[chec
   REQUIRE(checkpoint.config().rope_angles.has_value());  // the export always writes it
   const amc::transformer::RopeAngles own = *checkpoint.config().rope_angles;
   const amc::transformer::RopeAngles other = own == amc::transformer::RopeAngles::exact
-                                           ? amc::transformer::RopeAngles::transformers
-                                           : amc::transformer::RopeAngles::exact;
+                                                 ? amc::transformer::RopeAngles::transformers
+                                                 : amc::transformer::RopeAngles::exact;
   const Session session(checkpoint);
   CHECK(session.options().kv_dtype == amc::StorageType::bf16);
   CHECK(session.options().rope_angles == own);

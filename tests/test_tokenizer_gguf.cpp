@@ -290,8 +290,8 @@ const Corpus& corpus() {
       c.texts.push_back(text);
       ++c.counts[kind];
     };
-    const json cases =
-        json::parse(read_text(fs::path(AMC_TEST_SOURCE_DIR) / "transformer" / "tokenizer_cases.json"));
+    const json cases = json::parse(
+        read_text(fs::path(AMC_TEST_SOURCE_DIR) / "transformer" / "tokenizer_cases.json"));
     for (const json& text : cases.at("cases")) add("tokenizer_cases.json", text.get<std::string>());
 
     const fs::path licenses = "/usr/share/common-licenses";
@@ -935,8 +935,9 @@ TEST_CASE("from_vocabulary: every refusal names the function, the field and the 
     edit(vocabulary);
     const std::string message =
         error_of([&] { Tokenizer::from_vocabulary(vocabulary, "test-vocab"); });
-    CHECK_THAT(message, AMC_CONTAINS("amc::transformer::Tokenizer::from_vocabulary: test-vocab: ") &&
-                            AMC_CONTAINS(expected));
+    CHECK_THAT(message,
+               AMC_CONTAINS("amc::transformer::Tokenizer::from_vocabulary: test-vocab: ") &&
+                   AMC_CONTAINS(expected));
   }
 }
 
@@ -973,12 +974,14 @@ TEST_CASE("from_gguf_metadata: the keys llama.cpp reads, into from_vocabulary",
     CHECK(amc::transformer::gguf_bpe_vocabulary(gguf_metadata(vocabulary, false), "m").add_bos);
     CHECK(Tokenizer::from_gguf_metadata(gguf_metadata(vocabulary, false), "m")
               .encode_with_special_tokens("ab") == (Ids{bos, 256}));
-    CHECK_FALSE(amc::transformer::gguf_bpe_vocabulary(gguf_metadata(vocabulary, true), "m").add_bos);
+    CHECK_FALSE(
+        amc::transformer::gguf_bpe_vocabulary(gguf_metadata(vocabulary, true), "m").add_bos);
   }
   for (const char* pre : {"default", "gpt-2", "smollm", "qwen2", "deepseek-r1-qwen"}) {
     INFO(pre);
     vocabulary.pre = pre;
-    CHECK_FALSE(amc::transformer::gguf_bpe_vocabulary(gguf_metadata(vocabulary, false), "m").add_bos);
+    CHECK_FALSE(
+        amc::transformer::gguf_bpe_vocabulary(gguf_metadata(vocabulary, false), "m").add_bos);
   }
   vocabulary.pre = "qwen2";
   vocabulary.add_bos = true;

@@ -264,9 +264,9 @@ TEST_CASE("config.json: unknown families and unsupported features are refused by
   };
   for (const Case& c : cases) {
     INFO(c.key << " = " << c.value);
-    REQUIRE_THROWS_WITH(
-        parse_config(edited(c.key, c.value, c.base), "my/config.json"),
-        AMC_CONTAINS("amc::transformer::parse_config: my/config.json: ") && AMC_CONTAINS(c.message));
+    REQUIRE_THROWS_WITH(parse_config(edited(c.key, c.value, c.base), "my/config.json"),
+                        AMC_CONTAINS("amc::transformer::parse_config: my/config.json: ") &&
+                            AMC_CONTAINS(c.message));
   }
   // Neither key, or only an unknown model_type: the family is not guessed.
   nlohmann::json none = nlohmann::json::parse(kQwen2Config);
@@ -380,9 +380,9 @@ TEST_CASE("config.json: every bad field is refused by name", "[qwen2][config]") 
   };
   for (const Case& c : cases) {
     INFO(c.key << " = " << c.value);
-    REQUIRE_THROWS_WITH(
-        parse_config(edited(c.key, c.value), "my/config.json"),
-        AMC_CONTAINS("amc::transformer::parse_config: my/config.json: ") && AMC_CONTAINS(c.message));
+    REQUIRE_THROWS_WITH(parse_config(edited(c.key, c.value), "my/config.json"),
+                        AMC_CONTAINS("amc::transformer::parse_config: my/config.json: ") &&
+                            AMC_CONTAINS(c.message));
   }
   nlohmann::json huge = nlohmann::json::parse(kQwen2Config);
   huge["intermediate_size"] = 1000000;  // each size within its limit, the product far beyond
@@ -779,10 +779,11 @@ TEST_CASE("non-finite weights: decode flags the attention, generate refuses the 
     GenerationOptions g;
     g.max_tokens = 4;
     const std::vector<std::int32_t> prompt{5, 6, 7};
-    REQUIRE_THROWS_WITH(generate(session, prompt, g),
-                        AMC_CONTAINS("amc::transformer::generate: step 0 (prefill): logits[0] = NaN is "
-                                     "not finite") &&
-                            AMC_CONTAINS("NaN or Inf weights"));
+    REQUIRE_THROWS_WITH(
+        generate(session, prompt, g),
+        AMC_CONTAINS("amc::transformer::generate: step 0 (prefill): logits[0] = NaN is "
+                     "not finite") &&
+            AMC_CONTAINS("NaN or Inf weights"));
     // The session itself does not throw: decode reports the heads in StepStats.
     Session raw(checkpoint);
     std::vector<float> logits(vocab);
@@ -893,7 +894,8 @@ std::vector<float> short_run(const Checkpoint& checkpoint) {
 TEST_CASE("WeightMemory::mapped: weight matrices are used in place in the file, not copied",
           "[qwen2][load]") {
   TempDir root("mapped");
-  write_synthetic_checkpoint(root.path(), amc::transformer::test::tiny_spec(amc::StorageType::bf16));
+  write_synthetic_checkpoint(root.path(),
+                             amc::transformer::test::tiny_spec(amc::StorageType::bf16));
   const Checkpoint checkpoint = Checkpoint::load(root.path(), {.weights = WeightMemory::mapped});
   CHECK(checkpoint.weight_memory() == WeightMemory::mapped);
   std::ifstream maps("/proc/self/maps");
@@ -914,7 +916,8 @@ TEST_CASE(
     "into one huge-page block, and decode computes the same bits",
     "[qwen2][load]") {
   TempDir root("huge");
-  write_synthetic_checkpoint(root.path(), amc::transformer::test::tiny_spec(amc::StorageType::bf16));
+  write_synthetic_checkpoint(root.path(),
+                             amc::transformer::test::tiny_spec(amc::StorageType::bf16));
   Checkpoint copied = Checkpoint::load(root.path());
   const Checkpoint mapped = Checkpoint::load(root.path(), {.weights = WeightMemory::mapped});
   // Where the kernel refuses the advice the load stays mapped: the copy would gain nothing.
@@ -987,7 +990,8 @@ TEST_CASE("WeightMemory: names, and a value that is none is refused by name", "[
   const auto invalid = static_cast<WeightMemory>(7);
   CHECK(std::string(to_string(invalid)) == "invalid");
   TempDir root("invalid_memory");
-  write_synthetic_checkpoint(root.path(), amc::transformer::test::tiny_spec(amc::StorageType::bf16));
+  write_synthetic_checkpoint(root.path(),
+                             amc::transformer::test::tiny_spec(amc::StorageType::bf16));
   CHECK_THROWS_WITH(
       Checkpoint::load(root.path(), {.weights = invalid}),
       AMC_CONTAINS("amc::transformer::Checkpoint::load") && AMC_CONTAINS("options.weights is 7"));

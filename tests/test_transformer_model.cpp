@@ -206,8 +206,8 @@ TEST_CASE("Qwen3 and Llama: sparse decode with a covering support is dense decod
           "[qwen2][families]") {
   for (const auto family : {Architecture::qwen3, Architecture::llama}) {
     TempDir dir("family_sparse");
-    write_synthetic_checkpoint(dir.path(),
-                               amc::transformer::test::family_spec(family, amc::StorageType::bf16, 13));
+    write_synthetic_checkpoint(
+        dir.path(), amc::transformer::test::family_spec(family, amc::StorageType::bf16, 13));
     const Checkpoint checkpoint = Checkpoint::load(dir.path());
     const std::vector<std::int32_t> prompt = prompt_ids(45, checkpoint.config().vocab_size, 7);
     const Run dense = greedy(checkpoint, SessionOptions{}, prompt, 8);
@@ -255,7 +255,8 @@ TEST_CASE("bf16 checkpoints with a bf16 cache match the reference with bf16 keys
 TEST_CASE("prefill equals token-by-token decode: logits and KV cache", "[qwen2]") {
   for (const auto kv : {amc::StorageType::f32, amc::StorageType::bf16}) {
     TempDir dir("prefill_decode");
-    write_synthetic_checkpoint(dir.path(), amc::transformer::test::wide_spec(amc::StorageType::bf16));
+    write_synthetic_checkpoint(dir.path(),
+                               amc::transformer::test::wide_spec(amc::StorageType::bf16));
     const Checkpoint checkpoint = Checkpoint::load(dir.path());
     const std::int64_t vocab = checkpoint.config().vocab_size;
     const std::vector<std::int32_t> tokens = prompt_ids(41, vocab, 5);
@@ -972,11 +973,12 @@ TEST_CASE("llama3 RoPE scaling: torch's float32 frequencies, bands, and the naiv
   CHECK(interpolated == 3);
   CHECK(divided == 14);
   // Angles use the rescaled frequencies.
-  CHECK(scaled.angle(1000, 20) == amc::transformer::test::naive_rope_angle(NaiveRope::transformers, 5e5,
-                                                                     64, 1000, 20, &naive_scaling));
+  CHECK(scaled.angle(1000, 20) == amc::transformer::test::naive_rope_angle(
+                                      NaiveRope::transformers, 5e5, 64, 1000, 20, &naive_scaling));
   REQUIRE_THROWS_WITH(
       RotaryTable(RopeAngles::exact, 1e4, 16, {RopeScaling::Type::llama3, 0.5, 1.0, 4.0, 8192.0}),
-      AMC_CONTAINS("amc::transformer::RotaryTable") && AMC_CONTAINS("factor must be finite and >= 1"));
+      AMC_CONTAINS("amc::transformer::RotaryTable") &&
+          AMC_CONTAINS("factor must be finite and >= 1"));
   REQUIRE_THROWS_WITH(
       RotaryTable(RopeAngles::exact, 1e4, 16, {RopeScaling::Type::llama3, 8.0, 4.0, 4.0, 8192.0}),
       AMC_CONTAINS("0 < low_freq_factor (4) < high_freq_factor (4)"));
@@ -1020,7 +1022,8 @@ namespace {
 
 /// Sets config.json's "amc_rope_angles" in `dir` (removes it for an empty value).
 void set_rope_key(const std::filesystem::path& dir, const std::string& value) {
-  nlohmann::json config = nlohmann::json::parse(amc::transformer::test::read_file(dir / "config.json"));
+  nlohmann::json config =
+      nlohmann::json::parse(amc::transformer::test::read_file(dir / "config.json"));
   if (value.empty()) {
     config.erase("amc_rope_angles");
   } else {
@@ -1122,8 +1125,10 @@ void write_f16_copy(const std::filesystem::path& from, const std::filesystem::pa
 
 TEST_CASE("the KV cache dtype defaults to the weights' dtype", "[qwen2]") {
   TempDir bf16_dir("auto_kv_bf16"), f32_dir("auto_kv_f32"), f16_dir("auto_kv_f16");
-  write_synthetic_checkpoint(bf16_dir.path(), amc::transformer::test::tiny_spec(amc::StorageType::bf16));
-  write_synthetic_checkpoint(f32_dir.path(), amc::transformer::test::tiny_spec(amc::StorageType::f32));
+  write_synthetic_checkpoint(bf16_dir.path(),
+                             amc::transformer::test::tiny_spec(amc::StorageType::bf16));
+  write_synthetic_checkpoint(f32_dir.path(),
+                             amc::transformer::test::tiny_spec(amc::StorageType::f32));
   write_f16_copy(bf16_dir.path(), f16_dir.path());
   struct Case {
     const TempDir* dir;

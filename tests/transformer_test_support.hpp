@@ -1,6 +1,7 @@
 // Shared by the model tests: temporary checkpoints and an independent double-precision forward
 // pass of the Qwen2, Qwen3 and Llama families written with plain loops (it reads config.json and
-// the safetensors file itself and shares no code with examples/transformer beyond amc's file reader).
+// the safetensors file itself and shares no code with examples/transformer beyond amc's file
+// reader).
 #pragma once
 
 #include <amc/io/safetensors.hpp>

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "transformer/tokenizer.hpp"
 #include "refuse.hpp"
+#include "transformer/tokenizer.hpp"
 
 namespace amc::eval {
 namespace {

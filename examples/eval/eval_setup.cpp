@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <set>
 
+#include "refuse.hpp"
 #include "transformer/model.hpp"
 #include "transformer/model_files.hpp"
 #include "transformer/tokenizer.hpp"
-#include "refuse.hpp"
 
 namespace amc::eval {
 namespace {
@@ -57,11 +57,11 @@ Setup prepare(const CommonArguments& a) {
            ": neither a checkpoint directory (config.json, model.safetensors, tokenizer.json) "
            "nor a GGUF file");
   }
-  s.checkpoint = std::make_unique<transformer::Checkpoint>(
-      transformer::Checkpoint::load(model, {.weight_dtype = transformer::parse_weight_dtype(a.weight_dtype)}));
+  s.checkpoint = std::make_unique<transformer::Checkpoint>(transformer::Checkpoint::load(
+      model, {.weight_dtype = transformer::parse_weight_dtype(a.weight_dtype)}));
   const transformer::Config& c = s.checkpoint->config();
-  s.kv_dtype =
-      a.kv_dtype == "auto" ? transformer::auto_kv_dtype(*s.checkpoint) : parse_storage_type(a.kv_dtype);
+  s.kv_dtype = a.kv_dtype == "auto" ? transformer::auto_kv_dtype(*s.checkpoint)
+                                    : parse_storage_type(a.kv_dtype);
   s.rope_angles = a.rope_angles == "auto"
                       ? transformer::auto_rope_angles(c)
                       : transformer::parse_rope_angles(a.rope_angles, "--rope-angles");
@@ -72,7 +72,8 @@ Setup prepare(const CommonArguments& a) {
   }
 
   if (!a.text_files.empty()) {
-    const std::optional<transformer::Tokenizer> tokenizer = transformer::load_model_tokenizer(model);
+    const std::optional<transformer::Tokenizer> tokenizer =
+        transformer::load_model_tokenizer(model);
     if (!tokenizer) {
       refuse(transformer::model_tokenizer_source(model).string(),
              ": file not found (needed to encode the --text documents)");

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "documents.hpp"
-#include "transformer/checkpoint.hpp"
-#include "transformer/rope.hpp"
 #include "run_log.hpp"
 #include "support_sizes.hpp"
+#include "transformer/checkpoint.hpp"
+#include "transformer/rope.hpp"
 
 namespace amc::eval {
 

@@ -33,7 +33,8 @@ LayerProbe::LayerProbe(const transformer::Config& model, const SparseConfig& con
 void LayerProbe::reset() { stats_.reset(stats_.layers, stats_.heads); }
 
 template <KvStorage S>
-void LayerProbe::oracle_recall(const transformer::LayerAttention& a, const transformer::KvCache& cache) {
+void LayerProbe::oracle_recall(const transformer::LayerAttention& a,
+                               const transformer::KvCache& cache) {
   for (std::int64_t g = 0; g < kv_heads_; ++g) {
     const KvHead<KvView<S>> head{cache.view<S>(a.layer, g, a.positions),
                                  cache.summaries(a.layer, g)};

@@ -18,9 +18,9 @@
 #include "gnuplot.hpp"
 #include "greedy.hpp"
 #include "progress.hpp"
-#include "transformer/model.hpp"
 #include "refuse.hpp"
 #include "text.hpp"
+#include "transformer/model.hpp"
 
 namespace amc::eval {
 namespace {
@@ -192,7 +192,8 @@ int run_mass(const MassArguments& a) {
   const transformer::Config& config = setup.checkpoint->config();
   MassProbe probe(config, setup.sparse, setup.supports);
   transformer::SessionOptions o;
-  o.attention = transformer::AttentionMode::sparse;  // the cache keeps block summaries from prefill on
+  o.attention =
+      transformer::AttentionMode::sparse;  // the cache keeps block summaries from prefill on
   o.sparse = setup.sparse;
   o.threads = a.common.threads;
   o.kv_dtype = setup.kv_dtype;

@@ -45,7 +45,8 @@ struct PairedRunner::State {
   }
 };
 
-PairedRunner::PairedRunner(const transformer::Checkpoint& checkpoint, const PairedRunOptions& options)
+PairedRunner::PairedRunner(const transformer::Checkpoint& checkpoint,
+                           const PairedRunOptions& options)
     : state_(std::make_unique<State>(checkpoint, options)) {}
 
 PairedRunner::~PairedRunner() = default;
@@ -84,8 +85,8 @@ SupportRun PairedRunner::run(std::int64_t k, const DenseReference& reference,
   const auto T = static_cast<std::int64_t>(reference.tokens.size());
   SparseConfig config = s.options.sparse;
   config.top_k = k;
-  const auto mode =
-      s.options.dense_control ? transformer::AttentionMode::dense : transformer::AttentionMode::sparse;
+  const auto mode = s.options.dense_control ? transformer::AttentionMode::dense
+                                            : transformer::AttentionMode::sparse;
   const char* stage = s.options.dense_control ? "dense control" : "sparse";
 
   SupportRun run;

@@ -48,7 +48,8 @@ struct SupportRun {
 
 struct PairedRunOptions {
   SparseConfig sparse;  ///< block size, sinks, window, scope, score; top_k is set per support
-  /// KV cache dtype and RoPE angles; nullopt: the checkpoint's ("auto", transformer::SessionOptions).
+  /// KV cache dtype and RoPE angles; nullopt: the checkpoint's ("auto",
+  /// transformer::SessionOptions).
   std::optional<StorageType> kv_dtype;
   std::optional<transformer::RopeAngles> rope_angles;
   int threads = 1;

@@ -15,10 +15,10 @@
 #include "documents.hpp"
 #include "greedy.hpp"
 #include "progress.hpp"
-#include "transformer/model.hpp"
-#include "transformer/model_files.hpp"
 #include "refuse.hpp"
 #include "text.hpp"
+#include "transformer/model.hpp"
+#include "transformer/model_files.hpp"
 
 namespace amc::eval {
 namespace {
@@ -229,8 +229,9 @@ struct PasskeyRunner::State {
   std::int64_t mass_count = 0;
   std::vector<std::int64_t> planted, selections;  // [layers]
 
-  State(const transformer::Checkpoint& checkpoint, const transformer::Tokenizer& t, const SparseConfig& b,
-        StorageType kv_dtype, transformer::RopeAngles rope_angles, int threads)
+  State(const transformer::Checkpoint& checkpoint, const transformer::Tokenizer& t,
+        const SparseConfig& b, StorageType kv_dtype, transformer::RopeAngles rope_angles,
+        int threads)
       : tokenizer(t),
         base(b),
         session(checkpoint, options(b, kv_dtype, rope_angles, threads)),
@@ -240,7 +241,7 @@ struct PasskeyRunner::State {
   // The session starts sparse so that the cache keeps block summaries from the prefill on
   // (dense decode keeps them current); set_decode adds what another rule needs.
   transformer::SessionOptions options(const SparseConfig& b, StorageType kv_dtype,
-                                transformer::RopeAngles rope_angles, int threads) {
+                                      transformer::RopeAngles rope_angles, int threads) {
     transformer::SessionOptions o;
     o.attention = transformer::AttentionMode::sparse;
     o.sparse = b;
@@ -279,9 +280,9 @@ struct PasskeyRunner::State {
   }
 };
 
-PasskeyRunner::PasskeyRunner(const transformer::Checkpoint& checkpoint, const transformer::Tokenizer& tokenizer,
-                             const SparseConfig& base, StorageType kv_dtype,
-                             transformer::RopeAngles rope_angles, int threads)
+PasskeyRunner::PasskeyRunner(const transformer::Checkpoint& checkpoint,
+                             const transformer::Tokenizer& tokenizer, const SparseConfig& base,
+                             StorageType kv_dtype, transformer::RopeAngles rope_angles, int threads)
     : state_(std::make_unique<State>(checkpoint, tokenizer, base, kv_dtype, rope_angles, threads)) {
 }
 

@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "passkey_prompt.hpp"
+#include "support_sizes.hpp"
 #include "transformer/checkpoint.hpp"
 #include "transformer/rope.hpp"
 #include "transformer/tokenizer.hpp"
-#include "support_sizes.hpp"
 
 namespace amc::eval {
 
@@ -37,7 +37,7 @@ namespace amc::eval {
 struct PasskeyOptions {
   std::string model;                                     ///< --model: checkpoint directory
   std::vector<std::string> text_files;                   ///< --text
-  std::vector<std::int64_t> contexts{1024, 2048};  ///< --contexts: prompt tokens
+  std::vector<std::int64_t> contexts{1024, 2048};        ///< --contexts: prompt tokens
   std::vector<double> depths{0.1, 0.3, 0.5, 0.7, 0.85};  ///< --depths, each in (0, 1)
   std::int64_t trials = 10;                              ///< --trials per (context, depth)
   std::vector<SupportSize> supports;                     ///< --supports, mapped to k
@@ -48,11 +48,11 @@ struct PasskeyOptions {
   /// Block size, sinks, window, scope, ... (the library's selection options); score and top_k
   /// are set per run from --selectors and --supports.
   SparseConfig sparse;
-  std::string kv_dtype = "auto";     ///< --kv-dtype: auto, bf16 or f32
+  std::string kv_dtype = "auto";      ///< --kv-dtype: auto, bf16 or f32
   std::string weight_dtype = "auto";  ///< --weight-dtype: auto, bf16 or f32
-  std::string rope_angles = "auto";  ///< --rope-angles: auto, transformers or exact
-  int threads = 1;                   ///< --threads
-  std::string out;                   ///< --out
+  std::string rope_angles = "auto";   ///< --rope-angles: auto, transformers or exact
+  int threads = 1;                    ///< --threads
+  std::string out;                    ///< --out
 
   static constexpr std::int64_t kMinContext = 64;
   static constexpr std::int64_t kMaxDigits = 16;

@@ -134,12 +134,14 @@ class Checkpoint {
   /// then every tensor the config calls for, by llama.cpp's names (token_embd.weight,
   /// blk.N.attn_q.weight, ..., output_norm.weight, output.weight or, without it, the tied
   /// embedding), dequantized into options.weight_dtype (bf16 when nullopt). Throws amc::error
-  /// "amc::transformer::Checkpoint::load: <file>: ..." naming a missing tensor, a tensor whose shape
-  /// or type is not what the config implies, a tensor the model would not use (e.g.
+  /// "amc::transformer::Checkpoint::load: <file>: ..." naming a missing tensor, a tensor whose
+  /// shape or type is not what the config implies, a tensor the model would not use (e.g.
   /// rope_freqs.weight: Llama 3's scaled RoPE, not implemented for GGUF), and the GGUF
   /// reader's own errors (amc::GgufFile::open). Under WeightMemory::huge_pages the matrices
-  /// are dequantized into one HugePageBuffer; under mapped into ordinary aligned memory (there
-  /// is nothing to map in place: the file holds quantized blocks).
+  /// are dequantized into one HugePageBuffer (weight_memory() says mapped when the kernel
+  /// refused the advice or the buffer); under mapped, and where no HugePageBuffer could be
+  /// had, into ordinary aligned memory (there is nothing to map in place: the file holds
+  /// quantized blocks).
   static Checkpoint load_gguf(const std::filesystem::path& file, const LoadOptions& options = {});
 
   Checkpoint(Checkpoint&&) noexcept;

@@ -60,8 +60,8 @@ struct Config {
   std::int64_t group_size() const { return num_attention_heads / num_key_value_heads; }
 };
 
-/// Parses config.json text; throws amc::error "amc::transformer::parse_config: <source>: ..." naming
-/// a missing key, a key of the wrong type, or an inconsistent value (sizes <= 0, heads not
+/// Parses config.json text; throws amc::error "amc::transformer::parse_config: <source>: ..."
+/// naming a missing key, a key of the wrong type, or an inconsistent value (sizes <= 0, heads not
 /// dividing hidden_size when head_dim is derived, KV heads not dividing heads, sizes large
 /// enough to exhaust memory, an "amc_rope_angles" other than "transformers" or "exact"), an
 /// architecture outside the family table (or none named), and any feature this transformer

@@ -10,9 +10,9 @@
 namespace amc::transformer {
 
 struct DemoPrompt {
-  std::string text;         ///< the prompt, for the tokenizer's encode_with_special_tokens
-  std::string_view value;   ///< the value the right continuation gives
-  std::string_view where;   ///< where the prompt states and asks for it, for the verdict line
+  std::string text;        ///< the prompt, for the tokenizer's encode_with_special_tokens
+  std::string_view value;  ///< the value the right continuation gives
+  std::string_view where;  ///< where the prompt states and asks for it, for the verdict line
   /// Cuts the value a continuation gives out of its text.
   std::string (*answer)(std::string_view continuation);
 };
@@ -90,7 +90,8 @@ def most_common_extension(paths, extensions=(".py", ".txt")):
 
 
 REPORT_KEY = ")",
-          "60417", "sets REPORT_KEY = \"60417\" in its third line and asks for it again in its last",
+          "60417",
+          "sets REPORT_KEY = \"60417\" in its third line and asks for it again in its last",
           demo_detail::up_to_quote};
 }
 

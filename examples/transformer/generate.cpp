@@ -24,8 +24,7 @@ namespace {
 
 /// Refuses logits that are not all finite: the argmax of NaN or Inf logits is no prediction.
 /// `stats` (decode steps) says where attention first went non-finite, when it did.
-void check_finite_logits(std::span<const float> logits, std::int64_t step,
-                         const StepStats* stats) {
+void check_finite_logits(std::span<const float> logits, std::int64_t step, const StepStats* stats) {
   std::size_t bad = 0;
   while (bad < logits.size() && std::isfinite(logits[bad])) ++bad;
   if (bad == logits.size()) return;
@@ -38,8 +37,9 @@ void check_finite_logits(std::span<const float> logits, std::int64_t step,
   }
   const float value = logits[bad];
   const char* shown = std::isnan(value) ? "NaN" : value > 0.0f ? "+Inf" : "-Inf";
-  detail::throw_error("amc::transformer::generate", "step ", step, " (", stats ? "decode" : "prefill",
-                      "): logits[", bad, "] = ", shown, " is not finite", attention,
+  detail::throw_error("amc::transformer::generate", "step ", step, " (",
+                      stats ? "decode" : "prefill", "): logits[", bad, "] = ", shown,
+                      " is not finite", attention,
                       "; the checkpoint holds NaN or Inf weights or the forward pass overflowed");
 }
 

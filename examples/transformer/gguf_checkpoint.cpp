@@ -295,10 +295,15 @@ class GgufLoader {
     std::byte* block = nullptr;
     c_.weight_memory_ = WeightMemory::mapped;
     if (memory == WeightMemory::huge_pages) {
-      c_.weight_copy_ = HugePageBuffer(total);
-      block = c_.weight_copy_.data();
-      if (c_.weight_copy_.huge_pages_advised()) c_.weight_memory_ = WeightMemory::huge_pages;
-    } else {
+      try {
+        c_.weight_copy_ = HugePageBuffer(total);
+        block = c_.weight_copy_.data();
+        if (c_.weight_copy_.huge_pages_advised()) c_.weight_memory_ = WeightMemory::huge_pages;
+      } catch (const amc::error&) {
+        // No such mapping to be had: ordinary memory serves as well, only slower to stream.
+      }
+    }
+    if (block == nullptr) {
       c_.dequantized_.resize(total);
       block = c_.dequantized_.data();
     }

@@ -86,8 +86,9 @@ template <KvStorage T>
 KvView<T> KvCache::view(std::int64_t layer, std::int64_t head, std::int64_t positions) const {
   AMC_DASSERT(positions <= capacity_);
   const std::size_t i = index(layer, head);
-  AMC_CHECK(options_.dtype == storage_type_of<T>, "amc::transformer::KvCache::view", "the cache stores ",
-            to_string(options_.dtype), ", not ", to_string(storage_type_of<T>));
+  AMC_CHECK(options_.dtype == storage_type_of<T>, "amc::transformer::KvCache::view",
+            "the cache stores ", to_string(options_.dtype), ", not ",
+            to_string(storage_type_of<T>));
   const Buffers<T>& b = buffers<T>();
   return KvView<T>(b.keys[i].data(), b.values[i].data(), positions, head_dim_);
 }
@@ -111,8 +112,8 @@ void KvCache::truncate(std::int64_t positions) {
 }
 
 void KvCache::set_summaries(std::int64_t block_size, SummaryOptions summaries) {
-  AMC_CHECK(block_size >= 0, "amc::transformer::KvCache::set_summaries", "block_size must be >= 0, got ",
-            block_size);
+  AMC_CHECK(block_size >= 0, "amc::transformer::KvCache::set_summaries",
+            "block_size must be >= 0, got ", block_size);
   options_.block_size = block_size;
   options_.summaries = summaries;
   summaries_.clear();
@@ -134,8 +135,8 @@ void KvCache::rebuild_summaries() {
 }
 
 void KvCache::fill_random(std::int64_t positions, std::uint64_t seed) {
-  AMC_CHECK(positions >= 0, "amc::transformer::KvCache::fill_random", "positions must be >= 0, got ",
-            positions);
+  AMC_CHECK(positions >= 0, "amc::transformer::KvCache::fill_random",
+            "positions must be >= 0, got ", positions);
   grow(positions);
   // Timing does not need exact normals: each 64-bit splitmix64 output gives four 16-bit
   // uniforms whose sum, standardised, is close to a standard normal; 10^9 values take seconds.

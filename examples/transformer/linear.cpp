@@ -12,7 +12,7 @@ namespace amc::transformer {
 
 namespace gemm {
 // Defined in gemm/gemm_*.cpp; the AVX variants only where CMake compiled them.
-#define AMC_TRANSFORMER_GEMM_SIGNATURE                                                               \
+#define AMC_TRANSFORMER_GEMM_SIGNATURE                                                         \
   (const float*, std::int64_t, const float*, std::int64_t, float*, std::int64_t, std::int64_t, \
    std::int64_t, std::int64_t, bool, bool)
 void gemm_generic AMC_TRANSFORMER_GEMM_SIGNATURE;

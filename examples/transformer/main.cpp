@@ -149,7 +149,8 @@ std::string dump(const Json& j) {
 
 amc::transformer::SessionOptions session_options(const Arguments& a, bool sparse) {
   amc::transformer::SessionOptions o;
-  o.attention = sparse ? amc::transformer::AttentionMode::sparse : amc::transformer::AttentionMode::dense;
+  o.attention =
+      sparse ? amc::transformer::AttentionMode::sparse : amc::transformer::AttentionMode::dense;
   o.sparse = a.sparse;
   o.threads = a.threads;
   o.retained_mass = a.retained_mass;
@@ -162,12 +163,13 @@ amc::transformer::SessionOptions session_options(const Arguments& a, bool sparse
 /// ("auto" or the explicit choice): the settings --json records.
 Json resolved_settings(const Arguments& a, const amc::transformer::Checkpoint& checkpoint,
                        const amc::transformer::Session& session) {
-  return Json{{"kv_dtype", std::string(amc::to_string(*session.options().kv_dtype))},
-              {"kv_dtype_requested", a.kv_dtype},
-              {"rope_angles", std::string(amc::transformer::to_string(*session.options().rope_angles))},
-              {"rope_angles_requested", a.rope_angles},
-              {"weight_dtype", std::string(amc::to_string(checkpoint.weight_dtype()))},
-              {"weight_dtype_requested", a.weight_dtype}};
+  return Json{
+      {"kv_dtype", std::string(amc::to_string(*session.options().kv_dtype))},
+      {"kv_dtype_requested", a.kv_dtype},
+      {"rope_angles", std::string(amc::transformer::to_string(*session.options().rope_angles))},
+      {"rope_angles_requested", a.rope_angles},
+      {"weight_dtype", std::string(amc::to_string(checkpoint.weight_dtype()))},
+      {"weight_dtype_requested", a.weight_dtype}};
 }
 
 /// "KV cache f32 (auto), RoPE angles exact (auto)" for the text outputs.
@@ -177,7 +179,8 @@ std::string describe_resolved(const Arguments& a, const amc::transformer::Sessio
   };
   return "KV cache " + std::string(amc::to_string(*session.options().kv_dtype)) +
          source(a.kv_dtype) + ", RoPE angles " +
-         std::string(amc::transformer::to_string(*session.options().rope_angles)) + source(a.rope_angles);
+         std::string(amc::transformer::to_string(*session.options().rope_angles)) +
+         source(a.rope_angles);
 }
 
 std::string describe(const amc::SparseConfig& c) {
@@ -189,7 +192,8 @@ std::string describe(const amc::SparseConfig& c) {
 }
 
 int run_generate(const Arguments& a, const amc::transformer::Checkpoint& checkpoint,
-                 const amc::transformer::Tokenizer* tokenizer, const std::vector<std::int32_t>& prompt) {
+                 const amc::transformer::Tokenizer* tokenizer,
+                 const std::vector<std::int32_t>& prompt) {
   const std::int64_t vocab = checkpoint.config().vocab_size;
   amc::transformer::Session session(checkpoint, session_options(a, a.attention == "sparse"));
   amc::transformer::GenerationOptions g;
@@ -235,13 +239,13 @@ int run_generate(const Arguments& a, const amc::transformer::Checkpoint& checkpo
               << '\n';
   } else {
     std::cout << text.flush() << '\n';
-    std::fprintf(stderr,
-                 "amc-generate: %zu tokens; prefill %lld tokens at %.1f tokens/s; decode %.2f "
-                 "tokens/s (%s attention; %s; %s)\n",
-                 ids.size(), static_cast<long long>(result.prompt_tokens),
-                 result.prefill_tokens_per_s(), result.decode_tokens_per_s(), a.attention.c_str(),
-                 describe_resolved(a, session).c_str(),
-                 std::string(amc::transformer::to_string(checkpoint.config().architecture)).c_str());
+    std::fprintf(
+        stderr,
+        "amc-generate: %zu tokens; prefill %lld tokens at %.1f tokens/s; decode %.2f "
+        "tokens/s (%s attention; %s; %s)\n",
+        ids.size(), static_cast<long long>(result.prompt_tokens), result.prefill_tokens_per_s(),
+        result.decode_tokens_per_s(), a.attention.c_str(), describe_resolved(a, session).c_str(),
+        std::string(amc::transformer::to_string(checkpoint.config().architecture)).c_str());
   }
   return 0;
 }
@@ -411,7 +415,8 @@ int run(const Arguments& a) {
   const std::filesystem::path model(a.model);
   const amc::transformer::Checkpoint checkpoint = amc::transformer::Checkpoint::load(
       model, {.weight_dtype = amc::transformer::parse_weight_dtype(a.weight_dtype)});
-  const std::optional<amc::transformer::Tokenizer> tokenizer = amc::transformer::load_model_tokenizer(model);
+  const std::optional<amc::transformer::Tokenizer> tokenizer =
+      amc::transformer::load_model_tokenizer(model);
   if (!tokenizer && (a.prompt || a.demo)) {
     fail(amc::transformer::model_tokenizer_source(model).string() +
          ": file not found (needed to encode the prompt)");

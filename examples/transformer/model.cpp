@@ -239,8 +239,9 @@ struct Session::Impl {
 
   void decode(std::int32_t token, std::span<float> logits) {
     check_token(token, "amc::transformer::Session::decode", 0);
-    AMC_CHECK(static_cast<std::int64_t>(logits.size()) == vocab, "amc::transformer::Session::decode",
-              "logits has ", logits.size(), " entries, expected vocab_size ", vocab);
+    AMC_CHECK(static_cast<std::int64_t>(logits.size()) == vocab,
+              "amc::transformer::Session::decode", "logits has ", logits.size(),
+              " entries, expected vocab_size ", vocab);
     const std::int64_t position = cache.positions();
     stats.positions_read = 0;
     stats.non_finite_heads = 0;
@@ -565,8 +566,8 @@ void Session::reset() { impl_->cache.clear(); }
 
 void Session::truncate(std::int64_t positions) {
   AMC_CHECK(positions >= 0 && positions <= impl_->cache.positions(),
-            "amc::transformer::Session::truncate", "positions must lie in [0, ", impl_->cache.positions(),
-            "] (the positions held), got ", positions);
+            "amc::transformer::Session::truncate", "positions must lie in [0, ",
+            impl_->cache.positions(), "] (the positions held), got ", positions);
   impl_->cache.truncate(positions);
 }
 

@@ -26,8 +26,8 @@ std::optional<StorageType> parse_weight_dtype(std::string_view text, std::string
   if (text == "auto") return std::nullopt;
   if (text == "bf16") return StorageType::bf16;
   if (text == "f32") return StorageType::f32;
-  detail::throw_error("amc::transformer::parse_weight_dtype", flag, ": expected auto, bf16 or f32, got '",
-                      text, "'");
+  detail::throw_error("amc::transformer::parse_weight_dtype", flag,
+                      ": expected auto, bf16 or f32, got '", text, "'");
 }
 
 }  // namespace amc::transformer

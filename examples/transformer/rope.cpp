@@ -37,8 +37,8 @@ double llama3_exact(double f, const RopeScaling& s) {
 /// The same in float32, step by step as transformers' _compute_llama3_parameters takes it in
 /// torch: a Python number meeting a float32 tensor is rounded to float32 first, and
 /// `number / tensor` is tensor.reciprocal() * number (torch's Tensor.__rtruediv__). Every step
-/// is one IEEE float operation, so these are torch's values bitwise (tests/test_transformer_model.cpp
-/// compares them with PyTorch's).
+/// is one IEEE float operation, so these are torch's values bitwise
+/// (tests/test_transformer_model.cpp compares them with PyTorch's).
 float llama3_float(float f, const RopeScaling& s) {
   const auto factor = static_cast<float>(s.factor);
   const auto low = static_cast<float>(s.low_freq_factor);
@@ -74,8 +74,9 @@ RotaryTable::RotaryTable(RopeAngles angles, double theta, std::int64_t head_dim,
   const bool llama3 = scaling.type == RopeScaling::Type::llama3;
   if (llama3) {
     // parse_config refuses these with the config.json key; this guards direct callers.
-    AMC_CHECK(scaling.factor >= 1.0 && std::isfinite(scaling.factor), "amc::transformer::RotaryTable",
-              "rope scaling factor must be finite and >= 1, got ", scaling.factor);
+    AMC_CHECK(scaling.factor >= 1.0 && std::isfinite(scaling.factor),
+              "amc::transformer::RotaryTable", "rope scaling factor must be finite and >= 1, got ",
+              scaling.factor);
     AMC_CHECK(scaling.low_freq_factor > 0.0 && scaling.high_freq_factor > scaling.low_freq_factor &&
                   std::isfinite(scaling.high_freq_factor),
               "amc::transformer::RotaryTable", "rope scaling needs 0 < low_freq_factor (",

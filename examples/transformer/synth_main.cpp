@@ -65,8 +65,9 @@ int main(int argc, char** argv) {
   try {
     amc::transformer::SynthSpec spec;
     spec.config = amc::transformer::synth_shape(
-        shape, family.empty() ? std::nullopt
-                              : std::optional(amc::transformer::parse_architecture(family, "--family")));
+        shape, family.empty()
+                   ? std::nullopt
+                   : std::optional(amc::transformer::parse_architecture(family, "--family")));
     // Overrides apply when given (a given 0 is passed on, and refused by the config check).
     auto set = [&app](const char* flag, std::int64_t value, std::int64_t& field) {
       if (app.count(flag) > 0) field = value;

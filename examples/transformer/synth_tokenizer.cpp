@@ -170,8 +170,8 @@ struct SyntheticBpe {
 
     // Words of the sample with their counts, as sequences of token ids.
     std::map<std::string, std::int64_t> word_counts;
-    for (const std::string_view piece :
-         split_isolated(kSampleText, kQwen2SplitRegex, "amc::transformer::synthetic_tokenizer_json")) {
+    for (const std::string_view piece : split_isolated(
+             kSampleText, kQwen2SplitRegex, "amc::transformer::synthetic_tokenizer_json")) {
       ++word_counts[std::string(piece)];
     }
     std::vector<std::pair<std::vector<std::int32_t>, std::int64_t>> words;
@@ -249,9 +249,9 @@ struct SyntheticBpe {
 }  // namespace
 
 std::string synthetic_tokenizer_json(std::int64_t vocab_size) {
-  AMC_CHECK(vocab_size >= 260 && vocab_size <= kMaxTokenId, "amc::transformer::synthetic_tokenizer_json",
-            "vocab_size ", vocab_size, " is outside [260, ", kMaxTokenId,
-            "] (256 byte tokens, merges, 3 special tokens)");
+  AMC_CHECK(vocab_size >= 260 && vocab_size <= kMaxTokenId,
+            "amc::transformer::synthetic_tokenizer_json", "vocab_size ", vocab_size,
+            " is outside [260, ", kMaxTokenId, "] (256 byte tokens, merges, 3 special tokens)");
   const auto regular = static_cast<std::size_t>(vocab_size - 3);
   const SyntheticBpe bpe(regular);
 

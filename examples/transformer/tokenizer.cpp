@@ -318,7 +318,8 @@ class Reader {
 
   template <class... Parts>
   [[noreturn]] void fail(Parts&&... parts) const {
-    detail::throw_error("amc::transformer::Tokenizer", source_, ": ", std::forward<Parts>(parts)...);
+    detail::throw_error("amc::transformer::Tokenizer", source_, ": ",
+                        std::forward<Parts>(parts)...);
   }
 
   const std::string& source() const { return source_; }
@@ -1245,14 +1246,15 @@ std::vector<std::string_view> split_isolated(std::string_view text, const std::s
 
 std::vector<std::string> pre_tokenize(std::string_view pre, std::string_view text) {
   const PreTokenizer* found = find_pre_tokenizer(pre);
-  AMC_CHECK(found, "amc::transformer::tokenizer_internal::pre_tokenize", "pre-tokenizer ", quote(pre),
-            " is not supported (supported: ", pre_tokenizer_list(), ")");
+  AMC_CHECK(found, "amc::transformer::tokenizer_internal::pre_tokenize", "pre-tokenizer ",
+            quote(pre), " is not supported (supported: ", pre_tokenizer_list(), ")");
   const std::size_t bad = invalid_utf8_offset(text);
   AMC_CHECK(bad == std::string_view::npos, "amc::transformer::tokenizer_internal::pre_tokenize",
             "invalid UTF-8 at byte offset ", bad);
   std::vector<std::string_view> pieces{text};
   for (const char* pattern : found->regexes) {
-    const Regex regex(pattern, false, "amc::transformer::tokenizer_internal::pre_tokenize", "regex");
+    const Regex regex(pattern, false, "amc::transformer::tokenizer_internal::pre_tokenize",
+                      "regex");
     std::vector<std::string_view> next;
     for (const std::string_view piece : pieces) regex.split(piece, next);
     pieces = std::move(next);
@@ -1414,8 +1416,8 @@ std::optional<std::int32_t> Tokenizer::eos_id() const { return impl_->model.eos;
 
 std::string nfc(std::string_view text) {
   const std::size_t bad = invalid_utf8_offset(text);
-  AMC_CHECK(bad == std::string_view::npos, "amc::transformer::nfc", "invalid UTF-8 at byte offset ", bad,
-            " of ", text.size());
+  AMC_CHECK(bad == std::string_view::npos, "amc::transformer::nfc", "invalid UTF-8 at byte offset ",
+            bad, " of ", text.size());
   return nfc_of_valid(text);
 }
 

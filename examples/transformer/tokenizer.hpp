@@ -106,15 +106,16 @@ class Tokenizer {
   /// behaviour Isolated); byte-level BPE by merge rank (with ignore_merges, a piece that is a
   /// token is that token). Decode concatenates the tokens' bytes (control and user-defined
   /// tokens: their text), with no clean-up of spaces. Throws amc::error
-  /// "amc::transformer::Tokenizer::from_vocabulary: <source>: <field> ..." for an unknown pre-tokenizer
-  /// (listing the supported ones), duplicate, empty or invalid UTF-8 tokens, token_types of
-  /// another length or with a value outside 1-5, merges that are not "a b", name unknown tokens,
-  /// make an unknown token or repeat a pair, bos/eos outside the vocabulary, and add_bos/add_eos
-  /// without the id.
+  /// "amc::transformer::Tokenizer::from_vocabulary: <source>: <field> ..." for an unknown
+  /// pre-tokenizer (listing the supported ones), duplicate, empty or invalid UTF-8 tokens,
+  /// token_types of another length or with a value outside 1-5, merges that are not "a b", name
+  /// unknown tokens, make an unknown token or repeat a pair, bos/eos outside the vocabulary, and
+  /// add_bos/add_eos without the id.
   static Tokenizer from_vocabulary(const BpeVocabulary& vocabulary,
                                    const std::string& source = "vocabulary");
   /// from_vocabulary(gguf_bpe_vocabulary(file.metadata(), file.source())), with errors naming
-  /// the GGUF keys ("amc::transformer::Tokenizer::from_gguf: <file>: tokenizer.ggml.tokens[7] ...").
+  /// the GGUF keys ("amc::transformer::Tokenizer::from_gguf: <file>: tokenizer.ggml.tokens[7]
+  /// ...").
   static Tokenizer from_gguf(const GgufFile& file);
   /// Same, from metadata key/value pairs (a GgufFile's, or built by hand).
   static Tokenizer from_gguf_metadata(std::span<const std::pair<std::string, GgufValue>> metadata,

@@ -15,12 +15,12 @@
 #include "documents.hpp"
 #include "layer_probe.hpp"
 #include "paired_run.hpp"
-#include "transformer/checkpoint.hpp"
-#include "transformer/generate.hpp"
-#include "transformer_test_support.hpp"
 #include "run_log.hpp"
 #include "summary.hpp"
 #include "support_sizes.hpp"
+#include "transformer/checkpoint.hpp"
+#include "transformer/generate.hpp"
+#include "transformer_test_support.hpp"
 
 namespace {
 
@@ -180,8 +180,8 @@ void recompute(const amc::transformer::LayerAttention& a, const amc::transformer
 
 TEST_CASE("the layer probe's mass, error norm and recall match a double recomputation", "[eval]") {
   TempDir dir("eval_probe");
-  amc::transformer::write_synthetic_checkpoint(dir.path(),
-                                         amc::transformer::test::wide_spec(amc::StorageType::f32));
+  amc::transformer::write_synthetic_checkpoint(
+      dir.path(), amc::transformer::test::wide_spec(amc::StorageType::f32));
   const Checkpoint checkpoint = Checkpoint::load(dir.path());
   const amc::transformer::Config& cfg = checkpoint.config();
   const std::int64_t cells = cfg.num_hidden_layers * cfg.num_attention_heads;
@@ -235,8 +235,8 @@ TEST_CASE("the layer probe's mass, error norm and recall match a double recomput
 
 TEST_CASE("the paired runner equals fresh sessions decoding without truncation", "[eval]") {
   TempDir dir("eval_runner");
-  amc::transformer::write_synthetic_checkpoint(dir.path(),
-                                         amc::transformer::test::wide_spec(amc::StorageType::bf16));
+  amc::transformer::write_synthetic_checkpoint(
+      dir.path(), amc::transformer::test::wide_spec(amc::StorageType::bf16));
   const Checkpoint checkpoint = Checkpoint::load(dir.path());
   const std::int64_t vocab = checkpoint.config().vocab_size;
   const std::vector<std::int32_t> prefix = prompt_ids(200, vocab, 9);

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "catch.hpp"
-#include "transformer_test_support.hpp"
 #include "retrieval_command.hpp"
 #include "retrieval_probe.hpp"
+#include "transformer_test_support.hpp"
 
 namespace {
 

@@ -17,10 +17,10 @@
 #include "catch.hpp"
 #include "eval/code_text.hpp"
 #include "merge.hpp"
-#include "transformer_test_support.hpp"
 #include "run_log.hpp"
 #include "shard.hpp"
 #include "sweep.hpp"
+#include "transformer_test_support.hpp"
 
 namespace {
 
