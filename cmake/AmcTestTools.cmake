@@ -12,23 +12,41 @@ function(amc_tool_path out target)
     set(${out} "$<TARGET_FILE:${target}>" PARENT_SCOPE)
     return()
   endif()
-  set(wrapper "${PROJECT_BINARY_DIR}/emulated/${target}")
+  _amc_emulated_wrapper(wrapper ${target} "$<TARGET_FILE:${target}>")
   set(${out} "${wrapper}" PARENT_SCOPE)
-  get_property(done GLOBAL PROPERTY AMC_EMULATED_${target})
-  if(done)  # one wrapper per tool, however many tests run it
+endfunction()
+
+# amc_tool_alias_path(OUT TARGET ALIAS): the same for ALIAS, a symbolic link to TARGET next to it
+# (amc-qwen2 -> amc-generate): the link itself, or in a cross build a wrapper running the link.
+function(amc_tool_alias_path out target alias)
+  if(NOT CMAKE_CROSSCOMPILING OR NOT CMAKE_CROSSCOMPILING_EMULATOR)
+    set(${out} "$<TARGET_FILE_DIR:${target}>/${alias}" PARENT_SCOPE)
     return()
   endif()
-  set_property(GLOBAL PROPERTY AMC_EMULATED_${target} TRUE)
+  _amc_emulated_wrapper(wrapper ${alias} "$<TARGET_FILE_DIR:${target}>/${alias}")
+  set(${out} "${wrapper}" PARENT_SCOPE)
+endfunction()
+
+# _amc_emulated_wrapper(OUT NAME PROGRAM): writes build/<preset>/emulated/NAME, a shell script
+# that execs the emulator on PROGRAM (a generator expression), once however many tests run it.
+function(_amc_emulated_wrapper out name program)
+  set(wrapper "${PROJECT_BINARY_DIR}/emulated/${name}")
+  set(${out} "${wrapper}" PARENT_SCOPE)
+  get_property(done GLOBAL PROPERTY AMC_EMULATED_${name})
+  if(done)
+    return()
+  endif()
+  set_property(GLOBAL PROPERTY AMC_EMULATED_${name} TRUE)
   # The emulator by absolute path: some tests run the tools with a PATH that lacks it.
   set(emulator ${CMAKE_CROSSCOMPILING_EMULATOR})
-  list(POP_FRONT emulator program)
-  find_program(AMC_EMULATOR_PROGRAM "${program}" REQUIRED NO_CMAKE_FIND_ROOT_PATH)
+  list(POP_FRONT emulator emulator_program)
+  find_program(AMC_EMULATOR_PROGRAM "${emulator_program}" REQUIRED NO_CMAKE_FIND_ROOT_PATH)
   set(words "'${AMC_EMULATOR_PROGRAM}' ")
   foreach(word IN LISTS emulator)
     string(APPEND words "'${word}' ")
   endforeach()
   file(GENERATE OUTPUT "${wrapper}"
-       CONTENT "#!/bin/sh\n# Runs ${target} (built for ${CMAKE_SYSTEM_PROCESSOR}) under the emulator.\nexec ${words}'$<TARGET_FILE:${target}>' \"$@\"\n"
+       CONTENT "#!/bin/sh\n# Runs ${name} (built for ${CMAKE_SYSTEM_PROCESSOR}) under the emulator.\nexec ${words}'${program}' \"$@\"\n"
        FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
                         WORLD_READ WORLD_EXECUTE)
 endfunction()

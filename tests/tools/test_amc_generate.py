@@ -12,7 +12,7 @@ stderr. The other families: amc-synth --family qwen3 and --family llama (and --h
 --untied) write checkpoints of that family that amc-generate runs, dense and sparse alike, naming
 the family; unknown architectures and unsupported rope_scaling are refused.
 
-usage: test_amc_transformer.py PATH/TO/amc-synth PATH/TO/amc-generate
+usage: test_amc_generate.py PATH/TO/amc-synth PATH/TO/amc-generate PATH/TO/amc-qwen2
 """
 
 import json
@@ -299,7 +299,9 @@ def families(synth, qwen2, tmp):
 
 
 def main():
-    synth, qwen2 = sys.argv[1], sys.argv[2]
+    # argv: amc-synth, amc-generate and its alias amc-qwen2 (or, in a cross build, the wrappers
+    # that run them under the emulator: cmake/AmcTestTools.cmake).
+    synth, qwen2, alias = sys.argv[1], sys.argv[2], sys.argv[3]
     with tempfile.TemporaryDirectory() as tmp:
         a, b, c = (os.path.join(tmp, x) for x in "abc")
         run([synth, "--out", a, "--seed", "5"])
@@ -427,7 +429,6 @@ def main():
         families(synth, qwen2, tmp)
 
         # amc-qwen2, the tool's former name, is an alias next to it that runs the same program.
-        alias = os.path.join(os.path.dirname(qwen2), "amc-qwen2")
         same = ["--model", a, "--prompt-ids", "5,6,7", "-n", "4", "--json", "--ignore-eos"]
         check(os.path.exists(alias), f"no alias {alias}")
         if os.path.exists(alias):
