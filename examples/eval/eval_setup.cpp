@@ -115,10 +115,15 @@ Json settings_json(const CommonArguments& a, const Setup& setup) {
   s["input"] = a.text_files.empty() ? "ids" : "text";
   s["documents"] = documents;
   s["tokens"] = a.tokens;
-  // The selection settings as the library writes them (top_k varies by support).
-  const Json selection =
-      to_json<Json>(setup.sparse, {"block_size", "sinks", "window", "scope", "score", "combine"});
-  for (const auto& [key, value] : selection.items()) s[key] = value;
+  // The selection settings as the library writes them, unset ones as null (top_k varies by
+  // support; the others not taken keep their defaults).
+  const Json selection = to_json<Json>(setup.sparse);  // named: items() refers into it
+  for (const auto& [key, value] : selection.items()) {
+    if (std::find(std::begin(kSettingsNotTaken), std::end(kSettingsNotTaken), key) ==
+        std::end(kSettingsNotTaken)) {
+      s[key] = value;
+    }
+  }
   // The resolved values, and what was asked for ("auto" or the explicit choice).
   s["kv_dtype"] = std::string(to_string(setup.kv_dtype));
   s["kv_dtype_requested"] = a.kv_dtype;

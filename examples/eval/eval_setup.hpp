@@ -19,6 +19,11 @@
 
 namespace amc::eval {
 
+/// The selection settings amc-eval does not take as options: top_k comes from --supports, and
+/// the eval measures the fixed-budget rules, so no scale override and no adaptive budget. Every
+/// other setting of the library's table is an option and a field of the settings record.
+inline constexpr std::string_view kSettingsNotTaken[] = {"top_k", "scale", "target_eps", "max_k"};
+
 struct CommonArguments {
   std::string model;
   std::vector<std::string> text_files;
@@ -27,8 +32,8 @@ struct CommonArguments {
   std::vector<std::int64_t> supports;
   std::int64_t prefixes = 5;
   std::int64_t tokens = 128;
-  /// Block size, sinks, window, scope, score and combine (top_k is set per support size):
-  /// the library's selection options (amc::cli::SparseOptions), applied after parsing.
+  /// Every selection setting but kSettingsNotTaken (top_k is set per support size): the
+  /// library's selection options (amc::cli::SparseOptions), applied after parsing.
   SparseConfig sparse;
   std::string kv_dtype = "auto";      ///< auto, bf16 or f32
   std::string weight_dtype = "auto";  ///< auto, bf16 or f32 (transformer::parse_weight_dtype)
@@ -57,7 +62,9 @@ struct Setup {
 /// output directory. Throws amc::error with the line to print for every refusal.
 Setup prepare(const CommonArguments& a);
 
-/// The settings every run record of `a` carries (and --resume compares), paths made absolute.
+/// The settings every run record of `a` carries (and --resume and merge compare), paths made
+/// absolute: the model, documents and dtypes, and every selection setting the eval takes, from
+/// the library's table (a setting added there is recorded without a change here).
 Json settings_json(const CommonArguments& a, const Setup& setup);
 
 }  // namespace amc::eval

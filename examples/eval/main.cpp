@@ -33,6 +33,7 @@
 #include <memory>
 #include <thread>
 
+#include "eval_setup.hpp"
 #include "mass_probe.hpp"
 #include "merge.hpp"
 #include "passkey_command.hpp"
@@ -43,9 +44,9 @@ namespace {
 
 using amc::eval::CommonArguments;
 
-/// The options every command takes. The selection options (--block-size, --sinks, --window,
-/// --scope, --score, --combine) are the library's; the returned object turns them into
-/// a.sparse after parsing (its config()). top_k comes from --supports.
+/// The options every command takes. The selection options (every setting of the library's
+/// table but amc::eval::kSettingsNotTaken) are the library's; the returned object turns them
+/// into a.sparse after parsing (its config()). top_k comes from --supports.
 std::unique_ptr<amc::cli::SparseOptions> add_common_options(CLI::App& command, CommonArguments& a,
                                                             std::int64_t default_tokens) {
   a.tokens = default_tokens;
@@ -98,7 +99,7 @@ std::unique_ptr<amc::cli::SparseOptions> add_common_options(CLI::App& command, C
   command.add_option("--out", a.out, "output directory (created if missing)")->required();
   return std::make_unique<amc::cli::SparseOptions>(
       command, amc::SparseConfig{},
-      std::initializer_list<std::string_view>{"top_k", "scale", "target_eps", "max_k"});
+      std::span<const std::string_view>(amc::eval::kSettingsNotTaken));
 }
 
 }  // namespace

@@ -21,7 +21,8 @@
   says) redraw the images under their own names, not the temporary ones.
 - --kv-dtype and --rope-angles: runs.jsonl records the resolved values and what was asked for
   (auto: the weights' dtype, config.json's amc_rope_angles else transformers); --resume refuses
-  a changed choice.
+  a changed choice, and a changed selection setting of those outside the original six (--top-p,
+  --shortlist, --shortlist-score, --sub-blocks).
 - Refusals: exit status 2 and one line on stderr naming the problem.
 
 usage: test_amc_eval.py PATH/TO/amc-synth PATH/TO/amc-eval
@@ -262,6 +263,13 @@ def main():
                       ["--resume", 'kv_dtype = "bf16"', 'kv_dtype = "f32"'])
         check_refusal(sweep + ["--out", resumed, "--resume", "--rope-angles", "exact"],
                       ["--resume", 'rope_angles = "transformers"', 'rope_angles = "exact"'])
+        # Every selection setting the sweep takes is recorded, those that are unset as null.
+        for flag, value, key, shown in (("--top-p", "0.9", "top_p", "0.9"),
+                                        ("--shortlist", "2", "shortlist", "2"),
+                                        ("--shortlist-score", "bound", "shortlist_score", '"bound"'),
+                                        ("--sub-blocks", "2", "sub_blocks", "2")):
+            check_refusal(sweep + ["--out", resumed, "--resume", flag, value],
+                          ["--resume", f"{key} = null", f"{key} = {shown}"])
         # Nothing left to do: the reports are rewritten from the records alone.
         run(sweep + ["--out", resumed, "--resume"])
 

@@ -342,6 +342,27 @@ TEST_CASE("merge refuses shards of other sweeps, missing, unfinished and repeate
   check_merge_refused(out, {s0, s.dir / "window48", s2},
                       {"not shards of one sweep", "window = 48 in " + (s.dir / "window48").string(),
                        "window = 64 in " + s0.string()});
+  // Every selection setting is part of the sweep, not only those of the original six: a shard
+  // with a top-p budget, another shortlist, shortlist rule or sub-block count is refused.
+  struct Changed {
+    const char* name;
+    const char* value;
+  };
+  for (const Changed& c : {Changed{"top_p", "0.9"}, Changed{"shortlist", "2"},
+                           Changed{"shortlist_score", "bound"}, Changed{"sub_blocks", "2"}}) {
+    INFO(c.name);
+    const fs::path dir = s.dir / (std::string("changed-") + c.name);
+    SweepArguments changed = shard_arguments(s.base, "1/3", dir);
+    amc::sparse_setting(c.name).set(changed.common.sparse, c.value);
+    REQUIRE(run_sweep(changed) == 0);
+    const std::string shown = c.name == std::string("shortlist_score")
+                                  ? std::string("\"") + c.value + "\""
+                                  : std::string(c.value);
+    check_merge_refused(
+        out, {s0, dir, s2},
+        {"not shards of one sweep", std::string(c.name) + " = " + shown + " in " + dir.string(),
+         std::string(c.name) + " = null in " + s0.string()});
+  }
   SweepArguments supports = shard_arguments(s.base, "1/3", s.dir / "supports113");
   supports.common.supports = {81, 113};
   REQUIRE(run_sweep(supports) == 0);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <deque>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -35,6 +36,9 @@ class SparseOptions {
   /// config() is called, so a bad value gets the library's message naming the setting.
   SparseOptions(CLI::App& app, SparseConfig defaults,
                 std::initializer_list<std::string_view> omit = {})
+      : SparseOptions(app, std::move(defaults), std::span(omit.begin(), omit.size()), false) {}
+  /// The same with the omitted names in an array a tool also reads elsewhere.
+  SparseOptions(CLI::App& app, SparseConfig defaults, std::span<const std::string_view> omit)
       : SparseOptions(app, std::move(defaults), omit, false) {}
 
   /// Only the settings named in `names` (e.g. {"sinks", "window"} for a tool whose block
@@ -43,10 +47,11 @@ class SparseOptions {
     std::initializer_list<std::string_view> names;
   };
   SparseOptions(CLI::App& app, SparseConfig defaults, Only only)
-      : SparseOptions(app, std::move(defaults), only.names, true) {}
+      : SparseOptions(app, std::move(defaults), std::span(only.names.begin(), only.names.size()),
+                      true) {}
 
  private:
-  SparseOptions(CLI::App& app, SparseConfig defaults, std::initializer_list<std::string_view> names,
+  SparseOptions(CLI::App& app, SparseConfig defaults, std::span<const std::string_view> names,
                 bool keep_named)
       : defaults_(std::move(defaults)) {
     for (const SparseSetting& setting : sparse_settings()) {
