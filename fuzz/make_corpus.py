@@ -193,7 +193,7 @@ def config_seeds():
          "num_key_value_heads": 2, "vocab_size": 1024, "max_position_embeddings": 4096,
          "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "head_dim": 32,
          "bos_token_id": None, "eos_token_id": 1021}))
-    # The other families (QWEN2.md, "Other families"): Qwen3's stated head_dim and Llama's
+    # The other families (docs/transformer.md, "Model families"): Qwen3's stated head_dim and Llama's
     # rope_scaling object give the fuzzer those keys' structure to mutate.
     out("fuzz_config", "qwen3_0.6b.json", json.dumps(
         {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "head_dim": 128,

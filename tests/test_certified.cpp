@@ -1,10 +1,10 @@
-// Certified bounds (THEORY.md sections 5 and 8) as properties over 10^5 random and adversarial
-// cases: a certified quantity below the exact one fails. The reference is independent of the
-// library: scores are exact dot products of the stored numbers (a fixed-point accumulator wide
-// enough for any product of two floats), decoded from the storage bits here, then scaled and
-// exponentiated in long double (64-bit mantissa, exponents to 1e4932), so it is 2^11 times
-// more precise than the double arithmetic under test and never overflows or underflows where
-// double would.
+// Certified bounds (docs/theory.md section 3, with its "Certification under rounding") as
+// properties over 10^5 random and adversarial cases: a certified quantity below the exact one
+// fails. The reference is independent of the library: scores are exact dot products of the stored
+// numbers (a fixed-point accumulator wide enough for any product of two floats), decoded from the
+// storage bits here, then scaled and exponentiated in long double (64-bit mantissa, exponents to
+// 1e4932), so it is 2^11 times more precise than the double arithmetic under test and never
+// overflows or underflows where double would.
 #include <algorithm>
 #include <array>
 #include <cmath>

@@ -1,4 +1,4 @@
-// Property tests for amc/math/margin.hpp (THEORY.md section 3).
+// Property tests for amc/math/margin.hpp (docs/theory.md section 5).
 //
 // The decisive reference is always a recomputed argmax of z + W_U delta, by plain loops in long
 // double (finer than the double arithmetic of the code under test), never the library's formula.

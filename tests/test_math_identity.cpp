@@ -1,4 +1,4 @@
-// Property tests for amc/math/omitted_mass.hpp (THEORY.md section 2).
+// Property tests for amc/math/omitted_mass.hpp (docs/theory.md section 2).
 //
 // Every reference here is written with plain loops in double (long double where the reference must
 // be finer than the code under test), independently of the library: dense and sparse outputs are

@@ -317,7 +317,7 @@ TEST_CASE("real tokenizers: ids known independently of the reference", "[tokeniz
   for (const Family& family : {kQwen2, kQwen3}) {
     INFO(family.title);
     const Tokenizer& tokenizer = real_tokenizer(family);
-    // From shared/QWEN2.md; Qwen3 keeps Qwen2's vocabulary and merges.
+    // As docs/transformer.md, "Tokenizer", lists them; Qwen3 keeps Qwen2's vocabulary and merges.
     CHECK(tokenizer.encode("Hello world") == Ids{9707, 1879});
     CHECK(tokenizer.encode("The quick brown fox") == Ids{785, 3974, 13876, 38835});
     CHECK(tokenizer.encode("12345 3.14159") ==

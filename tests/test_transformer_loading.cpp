@@ -40,8 +40,8 @@ const char* const kQwen2Config = R"({
   "transformers_version": "4.40.1", "use_cache": true, "use_sliding_window": false,
   "vocab_size": 151936})";
 
-// The config.json files of Qwen3-0.6B, Llama-3.2-1B and SmolLM2-135M as published (QWEN2.md,
-// "Other families"); SmolLM2's states no head_dim.
+// The config.json files of Qwen3-0.6B, Llama-3.2-1B and SmolLM2-135M as published
+// (docs/transformer.md, "Model families"); SmolLM2's states no head_dim.
 const char* const kQwen3Config = R"({
   "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
   "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",

@@ -155,7 +155,7 @@ inline double naive_rope_angle(NaiveRope rope, double theta, int head_dim, std::
 /// rather than before, llama3 RoPE scaling ignored.
 enum class NaiveVariant { as_defined, no_qk_norm, qk_norm_after_rope, no_rope_scaling };
 
-/// Qwen2, Qwen3 or Llama in double precision, straight from the formulas (QWEN2.md and
+/// Qwen2, Qwen3 or Llama in double precision, straight from the formulas (docs/transformer.md and
 /// transformers' modeling_qwen2.py, modeling_qwen3.py, modeling_llama.py), position by
 /// position, with the RoPE angles of `rope`. The family comes from config.json's
 /// "architectures" and decides, as in transformers: Qwen2 has q/k/v biases; Qwen3 and Llama have
@@ -267,7 +267,8 @@ class NaiveQwen2 {
       }
     }
     // Untied: lm_head.weight (tensors_.at throws when it is missing). Tied: the embedding, or
-    // an lm_head.weight when the checkpoint has one anyway (QWEN2.md: use it when present).
+    // an lm_head.weight when the checkpoint has one anyway (docs/transformer.md: use it when
+    // present).
     const std::string unembedding = untied_ || tensors_.count("lm_head.weight") != 0
                                         ? "lm_head.weight"
                                         : "model.embed_tokens.weight";

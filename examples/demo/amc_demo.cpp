@@ -15,7 +15,7 @@
 //     ordinary keys; some are wanted by all heads, some by one head only;
 //   - everything else: random keys and values.
 //
-// Reading the table (THEORY.md sections 1 and 2):
+// Reading the table (docs/theory.md sections 1 and 2):
 //   retained  P_S = exp(L_S - L_all), the share of the dense softmax mass the support kept
 //             (the minimum over the 7 query heads). eps = 1 - P_S is the omitted mass.
 //   max err   max over heads of ||o - o_S||, the distance between dense and sparse outputs.

@@ -1,5 +1,5 @@
-// amc-eval: the evaluation harness of the paired fresh-selection protocol (THEORY.md section 7)
-// on a Qwen2 checkpoint through examples/transformer.
+// amc-eval: the evaluation harness of the paired fresh-selection protocol (docs/reproduce.md
+// section 4) on a Qwen2 checkpoint through examples/transformer.
 //
 //   amc-eval sweep --model DIR (--text FILE... | --ids FILE...) --contexts 2048,8192,16384
 //            --supports 97,193,385,769 [--prefixes 5] [--tokens 128]

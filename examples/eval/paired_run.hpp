@@ -1,6 +1,6 @@
-// The paired fresh-selection protocol of THEORY.md section 7 for one prefix: one dense prefill
-// shared by every support, the dense greedy continuation, and per support the teacher-forced
-// pass and the sparse greedy continuation from that same prefill.
+// The paired fresh-selection protocol of docs/reproduce.md section 4 for one prefix: one dense
+// prefill shared by every support, the dense greedy continuation, and per support the
+// teacher-forced pass and the sparse greedy continuation from that same prefill.
 //
 // Steps are numbered from 0: step 0's token is the argmax of the prefill's logits, which both
 // models share (prefill is dense), so step 0 never differs; step t >= 1 comes from the decode

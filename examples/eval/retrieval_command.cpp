@@ -59,7 +59,7 @@ void add_retrieval_command(CLI::App& app, std::function<int()>& run) {
   CLI::App* command = app.add_subcommand(
       "retrieval",
       "retrieval probe on synthetic keys: is a needle key in the support of the mean, "
-      "channel-bound and oracle selectors, as block size and k vary (THEORY.md section 4)");
+      "channel-bound and oracle selectors, as block size and k vary (docs/theory.md section 6)");
   // Owned jointly by the App (through the callback) and by `run`, which outlives parsing.
   auto flags = std::make_shared<RetrievalFlags>();
   // Every value is taken as text and parsed by retrieval_options_from_flags.

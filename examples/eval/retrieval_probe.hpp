@@ -1,7 +1,7 @@
 // The retrieval probe of amc-eval: one needle key at a controlled depth among Gaussian
 // distractor keys, and the question whether a selector's support (sinks U window U top-k
-// blocks) contains it. On these keys it shows the mean-pooling dilution of THEORY.md section 4:
-// a needle lifts its block's mean score by only (s_needle - s_rest) / B, so the mean-pooled
+// blocks) contains it. On these keys it shows the mean-pooling dilution of docs/theory.md section
+// 6: a needle lifts its block's mean score by only (s_needle - s_rest) / B, so the mean-pooled
 // selector loses it as blocks grow, while the oracle (top-k blocks by true mass) keeps it.
 //
 // Selection is amc's own: BlockSummaries, BlockSparseDecode with the built-in rules (mean,
@@ -67,7 +67,7 @@ struct RetrievalProbeResult {
   /// k / candidate blocks (capped at 1): the hit rate of k blocks picked at random.
   double chance = 0.0;
   /// Mean of (s_needle - s_rest) / |b| over trials: what the needle adds to its block's mean
-  /// score over the block's other positions (THEORY.md section 4).
+  /// score over the block's other positions (docs/theory.md section 6).
   double needle_lift = 0.0;
   double mean_support = 0.0;        ///< mean positions read
   double mean_retained_mass = 0.0;  ///< mean softmax mass of the support, exp(L_S - L_all)

@@ -127,7 +127,7 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
   md +=
       "\n`chance` is k / candidate blocks, the hit rate of k blocks picked at random; "
       "`lift` is (s_needle - s_rest) / B, what the needle adds to its block's mean score "
-      "(THEORY.md section 4). All depths, block sizes, ks and selectors of a trial share its "
+      "(docs/theory.md section 6). All depths, block sizes, ks and selectors of a trial share its "
       "keys and query.\n\n";
 
   // Hit rate by (context, k, block size), averaged over depths.
@@ -235,7 +235,7 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
   }
   auto lift = [](const auto& r) { return r.needle_lift; };
   md += format(
-      "- Dilution (THEORY.md section 4): the needle lifts its block's mean score by "
+      "- Dilution (docs/theory.md section 6): the needle lifts its block's mean score by "
       "(s_needle - s_rest) / B = %.3f at B = %lld but only %.3f at B = %lld (mean over cells), "
       "while the distractor blocks' mean scores spread as 1/sqrt(B) (standard deviation %.3f "
       "and %.3f): the lift shrinks faster than the noise it must beat, so mean pooling, which "

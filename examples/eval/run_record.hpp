@@ -1,5 +1,5 @@
 // One run's record in runs.jsonl: every setting, the dense reference, the sparse run and the
-// metrics of THEORY.md section 7 computed from them.
+// metrics of docs/reproduce.md section 4 computed from them.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// amc-eval sweep: the paired fresh-selection sweep of THEORY.md section 7 over contexts,
+// amc-eval sweep: the paired fresh-selection sweep of docs/reproduce.md section 4 over contexts,
 // prefixes and support sizes, written to runs.jsonl, summary.csv, summary.md and plots.
 #pragma once
 

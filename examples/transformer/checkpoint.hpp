@@ -71,7 +71,8 @@ struct Weights {
   std::vector<float> final_norm;     ///< [hidden]
   Matrix lm_head;                    ///< [vocab, hidden]; the embedding itself when tied
   /// No lm_head.weight in the checkpoint (tie_word_embeddings true or absent); with one, it is
-  /// used whatever the flag says (QWEN2.md), and tie_word_embeddings false requires one.
+  /// used whatever the flag says (docs/transformer.md, "Model families"), and tie_word_embeddings
+  /// false requires one.
   bool tied = true;
 
   /// Bytes of the matrices one decode step reads (every layer matrix and the unembedding).

@@ -15,9 +15,9 @@
 
 namespace amc::transformer {
 
-/// The fields of config.json the reference transformer needs (see shared QWEN2.md). Nulls for
-/// optional keys ("sliding_window", "rope_scaling") are accepted; missing required keys are
-/// refused by name.
+/// The fields of config.json the reference transformer needs (docs/transformer.md, "Model
+/// families"). Nulls for optional keys ("sliding_window", "rope_scaling") are accepted; missing
+/// required keys are refused by name.
 struct Config {
   /// The family config.json's "architectures" (or, without it, "model_type") names. Only
   /// parse_config and the synthetic writer read it: the loader and the forward pass read the
@@ -37,8 +37,8 @@ struct Config {
   double rope_theta = 10000.0;  ///< 1e6 for Qwen2
   double rms_norm_eps = 1e-6;
   /// true (also when absent, as every Qwen2 checkpoint amc has met): the unembedding is the
-  /// embedding, unless the checkpoint holds an lm_head.weight, which is then used (QWEN2.md:
-  /// larger Qwen2 models ship one). false: lm_head.weight is required.
+  /// embedding, unless the checkpoint holds an lm_head.weight, which is then used
+  /// (docs/transformer.md: larger Qwen2 models ship one). false: lm_head.weight is required.
   bool tie_word_embeddings = true;
   /// q_proj, k_proj and v_proj have biases (Qwen2 always; Qwen3 and Llama: attention_bias).
   bool qkv_bias = true;

@@ -9,7 +9,7 @@ namespace amc::transformer {
 namespace {
 
 // Values from transformers' Qwen2Config / Qwen2Attention, Qwen3Config / Qwen3Attention and
-// LlamaConfig / LlamaAttention (shared QWEN2.md, "Other families").
+// LlamaConfig / LlamaAttention (docs/transformer.md, "Model families").
 constexpr Family kFamilies[] = {
     {Architecture::qwen2, "Qwen2ForCausalLM", "qwen2", false, false, false, 0},
     {Architecture::qwen3, "Qwen3ForCausalLM", "qwen3", true, false, true, 128},

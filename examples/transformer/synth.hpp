@@ -38,8 +38,9 @@ struct SynthSpec {
 /// (not hidden / heads) and the q/k norms; as Llama with theta 1e4, an untied lm_head and llama3
 /// RoPE scaling (factor 8, low_freq_factor 1, high_freq_factor 8, original 1024: of its 8
 /// frequencies 3 are kept, 2 interpolated and 3 divided by the factor). The real shapes, whose
-/// family is their own: "qwen2-0.5b", "qwen3-0.6b", "smollm2-135m", "llama-3.2-1b" (QWEN2.md).
-/// Throws amc::error for another name, or a family other than a real shape's.
+/// family is their own: "qwen2-0.5b", "qwen3-0.6b", "smollm2-135m", "llama-3.2-1b"
+/// (docs/transformer.md, "Model families"). Throws amc::error for another name, or a family other
+/// than a real shape's.
 Config synth_shape(std::string_view name, std::optional<Architecture> family = std::nullopt);
 
 /// The names synth_shape knows: "tiny, qwen2-0.5b, qwen3-0.6b, smollm2-135m, llama-3.2-1b".

@@ -26,7 +26,7 @@ using tokenizer_internal::split_isolated;
 
 namespace {
 
-/// The Qwen2 Split regex (see shared QWEN2.md).
+/// The Qwen2 Split regex (tokenizer.json's pre_tokenizer; docs/transformer.md, "Tokenizer").
 constexpr const char* kQwen2SplitRegex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 

@@ -1,6 +1,6 @@
 // Double-precision arithmetic with certified error bounds, for quantities that must hold for
-// the exact values of the stored q, k and v (THEORY.md section 8), not for what f32 kernels
-// produced from them.
+// the exact values of the stored q, k and v (docs/theory.md section 3, "Certification under
+// rounding"), not for what f32 kernels produced from them.
 //
 // Every helper returns a computed value together with a bound on its absolute error, derived
 // from the standard model of IEEE-754 double arithmetic (each +, -, *, /, sqrt correctly
@@ -79,7 +79,7 @@ Bounded score(std::span<const float> query, double scale, const T* key) {
 }
 
 /// c * sum_i max(q_i lo_i, q_i hi_i) >= c <q, k> for every k with lo <= k <= hi channel-wise
-/// (THEORY.md section 5), with the same error bound as score(); value + error is an upper
+/// (docs/theory.md section 3), with the same error bound as score(); value + error is an upper
 /// bound on every such score. NaN if a channel bound is NaN or infinite (a NaN key in the
 /// block must not vanish from the bound).
 /// \param query [head_dim]; lo, hi [head_dim] channel-wise min and max keys

@@ -1,5 +1,5 @@
 // amc.SparseConfig, amc.settings() and amc.rules(): the selection settings table
-// (amc/attention/sparse_settings.hpp) seen from Python, so the two front doors cannot drift.
+// (amc/attention/sparse_config.hpp) seen from Python, so the two front doors cannot drift.
 #include <pybind11/operators.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

@@ -1,6 +1,6 @@
 // The retrieval probe of amc-eval (examples/eval/retrieval_probe.hpp): the oracle retrieves
-// every strong needle, mean pooling loses needles as blocks grow (THEORY.md section 4), one cell
-// recomputed in double with plain loops, the outputs, and refusals that name the flag.
+// every strong needle, mean pooling loses needles as blocks grow (docs/theory.md section 6), one
+// cell recomputed in double with plain loops, the outputs, and refusals that name the flag.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -81,7 +81,7 @@ TEST_CASE("retrieval probe: mean pooling dilutes the needle as blocks grow") {
   // 1/sqrt(B): fixed seed, paired keys, so the order is deterministic.
   for (std::size_t i = 1; i < rates.size(); ++i) CHECK(rates[i] <= rates[i - 1]);
   CHECK(rates.back() < rates.front() - 0.3);
-  // The lift column is THEORY.md's (s_needle - s_rest)/B: it falls with B.
+  // The lift column is docs/theory.md section 6's (s_needle - s_rest)/B: it falls with B.
   double previous_lift = 1e9;
   for (const std::int64_t b : options.block_sizes) {
     double lift = 0.0;

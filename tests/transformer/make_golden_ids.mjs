@@ -25,7 +25,7 @@ function fail(message) {
 }
 
 // Ids known independently of tokenizers.js, to catch a broken reference or a wrong file: Qwen2's
-// from shared/QWEN2.md (Qwen3 keeps Qwen2's vocabulary and merges and adds tokens after
+// as docs/transformer.md, "Tokenizer", lists them (Qwen3 keeps Qwen2's vocabulary and merges and adds tokens after
 // <|im_end|>); Llama 3's first 100,000 tokens are OpenAI's cl100k_base, where "Hello world" is
 // [9906, 1917], and its added tokens start at 128000 with <|begin_of_text|>.
 const qwenExpected = {

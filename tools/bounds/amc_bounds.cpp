@@ -9,7 +9,7 @@
 // INPUT holds q [Hq, d], k [Hkv, n, d] and v [Hkv, n, d] (F32, BF16 or F16). The analysis is
 // amc::analyse_step (amc/math/step_analysis.hpp, shared with the Python package): for every query
 // head it runs the dense and the block-sparse operator (which choose the support), then reports
-// the exact quantities of THEORY.md section 2, computed in double from the stored values, next
+// the exact quantities of docs/theory.md section 2, computed in double from the stored values, next
 // to what the block summaries certify without reading the omitted keys (sections 5 and 8) and
 // how far the f32 operators' outputs are from the exact ones. Bad input: one line on stderr,
 // exit status 2, nothing on stdout.

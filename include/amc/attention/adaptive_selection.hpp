@@ -1,4 +1,4 @@
-// Adaptive selection (THEORY.md section 5, docs/theory.md section 4): blocks are added best
+// Adaptive selection (docs/theory.md section 4): blocks are added best
 // first until the certified omitted-mass bound of the support meets a target. BlockSparseDecode
 // runs it when SparseConfig::target_eps is set; adaptive_select() is the per-head step.
 //

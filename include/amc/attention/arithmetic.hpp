@@ -15,7 +15,7 @@ namespace amc {
 ///
 /// - exact_f32: every product and sum in f32, keys and values widened from their storage type.
 ///   The default, and the only mode the study's measurements, the omitted-mass identity and the
-///   certified bounds (THEORY.md) are stated for.
+///   certified bounds (docs/theory.md section 3) are stated for.
 /// - bf16_products: for bf16 keys and values, AVX512_BF16 dot products (VDPBF16PS): the scaled
 ///   query is rounded to bf16 before the scores and each softmax weight to bf16 before the
 ///   values (round to nearest even, relative error at most 2^-8 each); products are exact and

@@ -32,8 +32,8 @@ enum class GroupCombine : std::uint8_t {
   max,  ///< max over heads (any single head that wants a block strongly can win it)
 };
 
-/// A block scoring rule, by its registered name (attention/rules.hpp lists them; a rule is
-/// one file plus one line of the registry in src/rule_registry.cpp). A small value type:
+/// A block scoring rule, by its registered name (src/rule_registry.cpp lists them; a rule is
+/// one file in amc/attention/rules/ plus one line of that registry). A small value type:
 /// copying it copies a name.
 class ScoreRule {
  public:

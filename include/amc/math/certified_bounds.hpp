@@ -1,6 +1,7 @@
 // Certified bounds on a sparse step's omitted mass and output error from block summaries and
-// the support the step read (THEORY.md sections 5 and 8). Adaptive selection, which grows a
-// support until the same bound meets a target, is an operator: attention/adaptive_selection.hpp.
+// the support the step read (docs/theory.md section 3, with its "Certification under rounding").
+// Adaptive selection, which grows a support until the same bound meets a target, is an operator:
+// attention/adaptive_selection.hpp.
 //
 // Per block b the summaries hold the channel-wise min and max key and the largest value norm.
 // For any query q, ub_b = c sum_i max(q_i kmin_{b,i}, q_i kmax_{b,i}) >= max_{j in b} s_j, so

@@ -1,4 +1,4 @@
-// The downstream margin condition of THEORY.md section 3, as pure functions.
+// The downstream margin condition of docs/theory.md section 5, as pure functions.
 //
 // Greedy decoding picks a = argmax_b z_b of the logits z = W_U h. A perturbation delta of the
 // final hidden state h (for instance the effect of a sparse attention error) moves the logits to
@@ -255,8 +255,8 @@ inline double sufficient_radius_from_norms(const Eigen::VectorXd& row_norms, std
   return detail::radius_from(margin, row_norms[top] + largest_other);
 }
 
-/// Links the attention error back to the greedy token (THEORY.md sections 2 and 3): if the rest
-/// of the network maps an attention-output error e to a final-state error of norm at most
+/// Links the attention error back to the greedy token (docs/theory.md sections 2 and 5): if the
+/// rest of the network maps an attention-output error e to a final-state error of norm at most
 /// lipschitz * ||e||, then, since ||e|| = eps * ||mu_O - o_S|| exactly,
 /// eps * ||mu_O - o_S|| * lipschitz < radius keeps the greedy token at this step.
 ///

@@ -1,4 +1,4 @@
-// The exact omitted-mass identity of THEORY.md section 2, as pure functions.
+// The exact omitted-mass identity of docs/theory.md section 2, as pure functions.
 //
 // A sparse decode step that reads only the positions of a support S and renormalises over them
 // returns o_S; the dense step returns o. With eps the softmax mass of the positions outside S and
@@ -144,8 +144,8 @@ inline double omitted_mass(double lse_support, double lse_all) {
   return -std::expm1(detail::checked_log_retained(lse_support, lse_all, "amc::omitted_mass"));
 }
 
-/// Everything THEORY.md section 2 says about one sparse step, computed in double from the scores
-/// and values of all positions and the two outputs. Vectors are [head_dim].
+/// Everything docs/theory.md section 2 says about one sparse step, computed in double from the
+/// scores and values of all positions and the two outputs. Vectors are [head_dim].
 struct OmissionAnalysis {
   /// L_S: log-sum-exp of the scores in the support; -inf when the support is empty.
   double lse_support = 0.0;
@@ -186,7 +186,7 @@ struct OmissionAnalysis {
   double direction_cosine = 0.0;
 };
 
-/// Analyses one sparse step against the dense one (THEORY.md section 2), in double.
+/// Analyses one sparse step against the dense one (docs/theory.md section 2), in double.
 ///
 /// @param scores     [positions] the scaled scores s_j = c * <q, k_j> of every cached position
 ///                   (exact_scores() computes them in double from the stored keys).

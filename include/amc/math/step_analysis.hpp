@@ -5,9 +5,9 @@
 // rule reads, plus channel bounds and value norms for the certified bounds), runs DenseDecode
 // and BlockSparseDecode<RuleSelector> over the query heads of the group (the operators choose
 // the support: top-k, top-p or adaptive, per head or per group), and for each query head
-// reports the exact quantities of THEORY.md section 2 computed in double from the stored values
-// (omitted_mass.hpp), how far the f32 operators' outputs are from them, and what the summaries
-// certify without reading the omitted keys (certified_bounds.hpp).
+// reports the exact quantities of docs/theory.md section 2 computed in double from the stored
+// values (omitted_mass.hpp), how far the f32 operators' outputs are from them, and what the
+// summaries certify without reading the omitted keys (certified_bounds.hpp).
 //
 // Shapes, outermost first: q [query_heads, head_dim], k and v [kv_heads, positions, head_dim],
 // f32, contiguous. Query head h belongs to KV head h / (query_heads / kv_heads).

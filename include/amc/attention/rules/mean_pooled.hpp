@@ -1,6 +1,6 @@
 // The mean-pooled rule ("mean"), the method under study: shat_b = c <q, kbar_b>, the mean of
 // the block's scores (by linearity). A lower bound on log M_b - log|b| (Jensen), so it dilutes
-// single high-scoring positions (THEORY.md section 4).
+// single high-scoring positions (docs/theory.md section 6).
 #pragma once
 
 #include <memory>

@@ -5,7 +5,7 @@
 // (a max, not a log-sum-exp, so that scoring stays one dot product and one compare per row).
 //
 // Why: a key that beats the others by Delta lifts its sub-block's mean score by Delta * S /
-// block_size instead of Delta / block_size (THEORY.md section 4). Cost: S times the mean
+// block_size instead of Delta / block_size (docs/theory.md section 6). Cost: S times the mean
 // rule's summary bytes (4 * head_dim * S / block_size bytes per position and head, f32) and
 // S dot products per block; appending a position updates one more running mean.
 #pragma once

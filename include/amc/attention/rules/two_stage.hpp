@@ -6,7 +6,7 @@
 // the shortlist.
 //
 // Why: mean pooling lifts a block by only Delta / block_size for a key that beats the block's
-// others by Delta (THEORY.md section 4), so the block holding the one key a decision needs
+// others by Delta (docs/theory.md section 6), so the block holding the one key a decision needs
 // tends to rank just outside the top k, not far outside it; reading the shortlist's keys sees
 // that key at full strength. Cost per step: the first stage's, plus the scores of shortlist *
 // k * block_size keys (keys only; attending k blocks reads keys and values): per query head
