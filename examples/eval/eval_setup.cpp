@@ -44,6 +44,7 @@ Setup prepare(const CommonArguments& a) {
     refuse("--tokens must be >= 2, got ", a.tokens,
            " (step 0 comes from the dense prefill; sparse attention acts from step 1)");
   }
+  a.session.validate("");
   Setup s;
   s.sparse = a.sparse;
   s.sparse.validate();
@@ -57,14 +58,10 @@ Setup prepare(const CommonArguments& a) {
            ": neither a checkpoint directory (config.json, model.safetensors, tokenizer.json) "
            "nor a GGUF file");
   }
-  s.checkpoint = std::make_unique<transformer::Checkpoint>(transformer::Checkpoint::load(
-      model, {.weight_dtype = transformer::parse_weight_dtype(a.weight_dtype)}));
+  s.checkpoint = std::make_unique<transformer::Checkpoint>(
+      transformer::Checkpoint::load(model, a.session.load_options()));
   const transformer::Config& c = s.checkpoint->config();
-  s.kv_dtype = a.kv_dtype == "auto" ? transformer::auto_kv_dtype(*s.checkpoint)
-                                    : parse_storage_type(a.kv_dtype);
-  s.rope_angles = a.rope_angles == "auto"
-                      ? transformer::auto_rope_angles(c)
-                      : transformer::parse_rope_angles(a.rope_angles, "--rope-angles");
+  s.session = a.session.session_options(*s.checkpoint);
   const std::int64_t longest_context = *std::max_element(a.contexts.begin(), a.contexts.end());
   if (longest_context > c.max_position_embeddings - a.tokens) {
     refuse("--contexts ", longest_context, " plus --tokens ", a.tokens,
@@ -125,12 +122,7 @@ Json settings_json(const CommonArguments& a, const Setup& setup) {
     }
   }
   // The resolved values, and what was asked for ("auto" or the explicit choice).
-  s["kv_dtype"] = std::string(to_string(setup.kv_dtype));
-  s["kv_dtype_requested"] = a.kv_dtype;
-  s["weight_dtype"] = std::string(to_string(setup.checkpoint->weight_dtype()));
-  s["weight_dtype_requested"] = a.weight_dtype;
-  s["rope_angles"] = std::string(transformer::to_string(setup.rope_angles));
-  s["rope_angles_requested"] = a.rope_angles;
+  transformer::record_session(s, a.session, setup.session, *setup.checkpoint);
   s["prefill"] = "dense";
   return s;
 }

@@ -16,6 +16,7 @@
 #include "support_sizes.hpp"
 #include "transformer/checkpoint.hpp"
 #include "transformer/rope.hpp"
+#include "transformer/session_flags.hpp"
 
 namespace amc::eval {
 
@@ -35,10 +36,7 @@ struct CommonArguments {
   /// Every selection setting but kSettingsNotTaken (top_k is set per support size): the
   /// library's selection options (amc::cli::SparseOptions), applied after parsing.
   SparseConfig sparse;
-  std::string kv_dtype = "auto";      ///< auto, bf16 or f32
-  std::string weight_dtype = "auto";  ///< auto, bf16 or f32 (transformer::parse_weight_dtype)
-  std::string rope_angles = "auto";   ///< auto, transformers or exact
-  int threads = 1;
+  transformer::SessionFlags session;  ///< --threads, --kv-dtype, --weight-dtype, --rope-angles
   std::string out;
 };
 
@@ -48,10 +46,9 @@ struct Setup {
   std::vector<ContextPlan> plans;
   std::vector<SupportSize> supports;
   SparseConfig sparse;  ///< CommonArguments::sparse, validated (top_k set per support)
-  /// The KV cache dtype and RoPE angles the model runs with, "auto" resolved for the
-  /// checkpoint (transformer::auto_kv_dtype, transformer::auto_rope_angles).
-  StorageType kv_dtype = StorageType::bf16;
-  transformer::RopeAngles rope_angles = transformer::RopeAngles::transformers;
+  /// The threads, KV cache dtype and RoPE angles the model runs with, "auto" resolved for the
+  /// checkpoint (transformer::SessionFlags::session_options).
+  transformer::SessionOptions session;
   std::filesystem::path out;
   /// One line per context: prefixes used of those requested, documents skipped as too short.
   std::vector<std::string> prefix_notes;

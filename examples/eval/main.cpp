@@ -31,7 +31,6 @@
 #include <functional>
 #include <iostream>
 #include <memory>
-#include <thread>
 
 #include "eval_setup.hpp"
 #include "mass_probe.hpp"
@@ -50,7 +49,6 @@ using amc::eval::CommonArguments;
 std::unique_ptr<amc::cli::SparseOptions> add_common_options(CLI::App& command, CommonArguments& a,
                                                             std::int64_t default_tokens) {
   a.tokens = default_tokens;
-  a.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   command
       .add_option("--model", a.model,
                   "checkpoint directory (config.json, model.safetensors, "
@@ -76,26 +74,7 @@ std::unique_ptr<amc::cli::SparseOptions> add_common_options(CLI::App& command, C
   command.add_option("--prefixes", a.prefixes, "prefixes (documents) per context")
       ->capture_default_str();
   command.add_option("--tokens", a.tokens, "tokens per continuation (T)")->capture_default_str();
-  command.add_option("--threads", a.threads, "threads (results do not depend on it)")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  command
-      .add_option("--kv-dtype", a.kv_dtype,
-                  "KV cache storage; auto: the weights' dtype (bf16 for bf16 weights, else f32)")
-      ->check(CLI::IsMember({"auto", "bf16", "f32"}))
-      ->capture_default_str();
-  command
-      .add_option("--weight-dtype", a.weight_dtype,
-                  "weight matrices in memory; auto: as a safetensors checkpoint stores them, "
-                  "bf16 for GGUF (dequantized at load)")
-      ->check(CLI::IsMember({"auto", "bf16", "f32"}))
-      ->capture_default_str();
-  command
-      .add_option("--rope-angles", a.rope_angles,
-                  "RoPE angles: transformers (float32, as transformers computes them) or exact "
-                  "(double); auto: config.json's amc_rope_angles, else transformers")
-      ->check(CLI::IsMember({"auto", "transformers", "exact"}))
-      ->capture_default_str();
+  amc::transformer::add_session_flags(command, a.session);
   command.add_option("--out", a.out, "output directory (created if missing)")->required();
   return std::make_unique<amc::cli::SparseOptions>(
       command, amc::SparseConfig{},

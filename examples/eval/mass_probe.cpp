@@ -191,13 +191,10 @@ int run_mass(const MassArguments& a) {
   }
   const transformer::Config& config = setup.checkpoint->config();
   MassProbe probe(config, setup.sparse, setup.supports);
-  transformer::SessionOptions o;
+  transformer::SessionOptions o = setup.session;  // threads, KV dtype, RoPE angles
   o.attention =
       transformer::AttentionMode::sparse;  // the cache keeps block summaries from prefill on
   o.sparse = setup.sparse;
-  o.threads = a.common.threads;
-  o.kv_dtype = setup.kv_dtype;
-  o.rope_angles = setup.rope_angles;
   bool observing = false;  // decode steps only: the prefill's logits are the dense model's
   transformer::Session* session_ptr = nullptr;
   o.on_layer = [&](const transformer::LayerAttention& la) {

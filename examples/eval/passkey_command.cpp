@@ -11,7 +11,6 @@
 #include <memory>
 #include <string_view>
 #include <system_error>
-#include <thread>
 #include <vector>
 
 #include "amc/cli/sparse_options.hpp"
@@ -47,16 +46,7 @@ PasskeyOptions passkey_options_from_flags(const PasskeyFlags& flags) {
   options.trials = parse_number<std::int64_t>(flags.trials, "--trials");
   options.digits = parse_number<std::int64_t>(flags.digits, "--digits");
   options.seed = parse_number<std::uint64_t>(flags.seed, "--seed");
-  const std::int64_t threads =
-      flags.threads.empty()
-          ? static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()))
-          : parse_number<std::int64_t>(flags.threads, "--threads");
-  AMC_CHECK(threads >= 1 && threads <= 1024, kWhere, "--threads: must be in [1, 1024], got ",
-            threads);
-  options.threads = static_cast<int>(threads);
-  options.kv_dtype = flags.kv_dtype;
-  options.weight_dtype = flags.weight_dtype;
-  options.rope_angles = flags.rope_angles;
+  options.session = flags.session;  // --threads not given: every hardware thread
   options.sparse = flags.sparse;
   options.out = flags.out;
   // The sweep's mapping of support sizes to k (sinks + window + k x block size), its refusals
@@ -106,16 +96,7 @@ void add_passkey_command(CLI::App& app, std::function<int()>& run) {
          ("any of " + detail::rule_choices() + ", comma-separated").c_str());
   option("--digits", flags->digits, "INT", "digits of the planted value, in [1, 16]");
   option("--seed", flags->seed, "UINT", "random seed (code windows and digits)");
-  command->add_option("--threads", flags->threads, "threads (results do not depend on it)")
-      ->type_name("INT")
-      ->default_str("all hardware threads");
-  option("--kv-dtype", flags->kv_dtype, "auto|bf16|f32",
-         "KV cache storage; auto: the weights' dtype (bf16 for bf16 weights, else f32)");
-  option("--weight-dtype", flags->weight_dtype, "auto|bf16|f32",
-         "weight matrices in memory; auto: as a safetensors checkpoint stores them, bf16 for "
-         "GGUF");
-  option("--rope-angles", flags->rope_angles, "auto|transformers|exact",
-         "RoPE angles; auto: config.json's amc_rope_angles, else transformers");
+  transformer::add_session_flags(*command, flags->session);
   auto sparse = std::make_shared<cli::SparseOptions>(
       *command, SparseConfig{},
       cli::SparseOptions::Only{{"block_size", "sinks", "window", "scope", "combine", "top_p",

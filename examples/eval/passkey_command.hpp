@@ -27,10 +27,7 @@ struct PasskeyFlags {
   std::string selectors = "mean,bound,oracle";
   std::string digits = "5";
   std::string seed = "1";
-  std::string threads;  ///< empty: every hardware thread
-  std::string kv_dtype = "auto";
-  std::string weight_dtype = "auto";
-  std::string rope_angles = "auto";
+  transformer::SessionFlags session;  ///< --threads (empty: every hardware thread) and the rest
   /// Block size, sinks, window, scope, combine, top_p and the two-stage and sub-block settings:
   /// the library's selection options (amc::cli::SparseOptions), applied after parsing. The rule
   /// and k are lists of this command's own (--selectors, --supports).

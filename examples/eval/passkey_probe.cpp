@@ -86,13 +86,7 @@ void PasskeyOptions::validate() const {
             "], got ", trials);
   AMC_CHECK(digits >= 1 && digits <= kMaxDigits, kWhere, "--digits: must be in [1, ", kMaxDigits,
             "], got ", digits);
-  AMC_CHECK(threads >= 1 && threads <= 1024, kWhere, "--threads: must be in [1, 1024], got ",
-            threads);
-  AMC_CHECK(kv_dtype == "auto" || kv_dtype == "bf16" || kv_dtype == "f32", kWhere,
-            "--kv-dtype: expected auto, bf16 or f32, got '", kv_dtype, "'");
-  transformer::parse_weight_dtype(weight_dtype);  // throws naming --weight-dtype
-  AMC_CHECK(rope_angles == "auto" || rope_angles == "transformers" || rope_angles == "exact",
-            kWhere, "--rope-angles: expected auto, transformers or exact, got '", rope_angles, "'");
+  session.validate(kWhere);
 
   require_nonempty(supports, "--supports");
   std::vector<std::int64_t> sizes;
@@ -134,14 +128,12 @@ PasskeySetup prepare_passkey(const PasskeyOptions& options) {
             "--model: ", options.model,
             " is neither a checkpoint directory (config.json, model.safetensors, "
             "tokenizer.json) nor a GGUF file");
-  s.checkpoint = std::make_unique<transformer::Checkpoint>(transformer::Checkpoint::load(
-      model, {.weight_dtype = transformer::parse_weight_dtype(options.weight_dtype)}));
+  s.checkpoint = std::make_unique<transformer::Checkpoint>(
+      transformer::Checkpoint::load(model, options.session.load_options()));
   const transformer::Config& config = s.checkpoint->config();
-  s.kv_dtype = options.kv_dtype == "auto" ? transformer::auto_kv_dtype(*s.checkpoint)
-                                          : parse_storage_type(options.kv_dtype);
-  s.rope_angles = options.rope_angles == "auto"
-                      ? transformer::auto_rope_angles(config)
-                      : transformer::parse_rope_angles(options.rope_angles, "--rope-angles");
+  const transformer::SessionOptions resolved = options.session.session_options(*s.checkpoint);
+  s.kv_dtype = *resolved.kv_dtype;
+  s.rope_angles = *resolved.rope_angles;
   for (const std::int64_t c : options.contexts) {
     // The prompt's last token sits at position c - 1 and the last answer token is never fed:
     // an answer of `digits` tokens needs positions [0, c + digits - 1).
@@ -368,7 +360,7 @@ PasskeyResults run_passkey_probe(const PasskeyOptions& options, const PasskeySet
   const std::int64_t layers = setup.checkpoint->config().num_hidden_layers;
   // The cache keeps the first rule's summaries from the prefill on; set_decode adds others'.
   PasskeyRunner runner(*setup.checkpoint, *setup.tokenizer, run_config(options, runs[1]),
-                       setup.kv_dtype, setup.rope_angles, options.threads);
+                       setup.kv_dtype, setup.rope_angles, options.session.thread_count());
 
   // Cells in output order: context, depth (as the cases come), then the runs.
   PasskeyResults results;

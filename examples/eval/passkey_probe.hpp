@@ -27,6 +27,7 @@
 #include "support_sizes.hpp"
 #include "transformer/checkpoint.hpp"
 #include "transformer/rope.hpp"
+#include "transformer/session_flags.hpp"
 #include "transformer/tokenizer.hpp"
 
 namespace amc::eval {
@@ -48,11 +49,9 @@ struct PasskeyOptions {
   /// Block size, sinks, window, scope, ... (the library's selection options); score and top_k
   /// are set per run from --selectors and --supports.
   SparseConfig sparse;
-  std::string kv_dtype = "auto";      ///< --kv-dtype: auto, bf16 or f32
-  std::string weight_dtype = "auto";  ///< --weight-dtype: auto, bf16 or f32
-  std::string rope_angles = "auto";   ///< --rope-angles: auto, transformers or exact
-  int threads = 1;                    ///< --threads
-  std::string out;                    ///< --out
+  /// --threads (here "" is 1), --kv-dtype, --weight-dtype, --rope-angles.
+  transformer::SessionFlags session{.threads = "1"};
+  std::string out;  ///< --out
 
   static constexpr std::int64_t kMinContext = 64;
   static constexpr std::int64_t kMaxDigits = 16;

@@ -157,9 +157,9 @@ int run_sweep(const SweepArguments& a) {
   if (pending > 0) {
     PairedRunOptions options;
     options.sparse = setup.sparse;
-    options.kv_dtype = setup.kv_dtype;
-    options.rope_angles = setup.rope_angles;
-    options.threads = a.common.threads;
+    options.kv_dtype = setup.session.kv_dtype;
+    options.rope_angles = setup.session.rope_angles;
+    options.threads = setup.session.threads;
     options.dense_control = a.dense_control;
     PairedRunner runner(*setup.checkpoint, options);
     Progress progress(pending, Progress::stderr_is_terminal());
@@ -187,7 +187,8 @@ int run_sweep(const SweepArguments& a) {
             }
             const SupportRun run = runner.run(s.k, *reference, on_step);
             const RunKey key{plan.context, prefix, document.path, s};
-            const Json record = make_run_record(settings, key, *reference, run, a.common.threads);
+            const Json record =
+                make_run_record(settings, key, *reference, run, setup.session.threads);
             log.append(record);
             progress.end("first divergence " + std::to_string(run.first_divergence) +
                          ", PPL change " + percent(record["ppl_change_pct"].get<double>(), true) +

@@ -34,7 +34,6 @@
 #include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "checkpoint.hpp"
@@ -42,6 +41,7 @@
 #include "generate.hpp"
 #include "model.hpp"
 #include "model_files.hpp"
+#include "session_flags.hpp"
 #include "tokenizer.hpp"
 
 namespace {
@@ -55,9 +55,8 @@ struct Arguments {
   std::optional<std::string> prompt_ids;
   std::int64_t tokens = 128;
   std::string attention = "dense";
-  amc::SparseConfig sparse;  ///< from the selection options (amc::cli::SparseOptions)
-  std::string kv_dtype = "auto", rope_angles = "auto", weight_dtype = "auto";
-  int threads = 0;
+  amc::SparseConfig sparse;                ///< from the selection options (amc::cli::SparseOptions)
+  amc::transformer::SessionFlags session;  ///< --threads, --kv-dtype, --weight-dtype, --rope-angles
   bool json = false, retained_mass = false, demo = false, ignore_eos = false;
   std::string logits_out;
 };
@@ -147,29 +146,24 @@ std::string dump(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-amc::transformer::SessionOptions session_options(const Arguments& a, bool sparse) {
+amc::transformer::SessionOptions session_options(const Arguments& a,
+                                                 const amc::transformer::Checkpoint& checkpoint,
+                                                 bool sparse) {
   amc::transformer::SessionOptions o;
   o.attention =
       sparse ? amc::transformer::AttentionMode::sparse : amc::transformer::AttentionMode::dense;
   o.sparse = a.sparse;
-  o.threads = a.threads;
   o.retained_mass = a.retained_mass;
-  if (a.kv_dtype != "auto") o.kv_dtype = amc::parse_storage_type(a.kv_dtype);
-  if (a.rope_angles != "auto") o.rope_angles = amc::transformer::parse_rope_angles(a.rope_angles);
-  return o;
+  return a.session.session_options(checkpoint, o);
 }
 
 /// The KV cache dtype, RoPE angles and weight dtype a run resolved, with what was asked for
 /// ("auto" or the explicit choice): the settings --json records.
 Json resolved_settings(const Arguments& a, const amc::transformer::Checkpoint& checkpoint,
                        const amc::transformer::Session& session) {
-  return Json{
-      {"kv_dtype", std::string(amc::to_string(*session.options().kv_dtype))},
-      {"kv_dtype_requested", a.kv_dtype},
-      {"rope_angles", std::string(amc::transformer::to_string(*session.options().rope_angles))},
-      {"rope_angles_requested", a.rope_angles},
-      {"weight_dtype", std::string(amc::to_string(checkpoint.weight_dtype()))},
-      {"weight_dtype_requested", a.weight_dtype}};
+  Json out = Json::object();
+  amc::transformer::record_session(out, a.session, session.options(), checkpoint);
+  return out;
 }
 
 /// "KV cache f32 (auto), RoPE angles exact (auto)" for the text outputs.
@@ -178,9 +172,9 @@ std::string describe_resolved(const Arguments& a, const amc::transformer::Sessio
     return requested == "auto" ? std::string(" (auto)") : std::string();
   };
   return "KV cache " + std::string(amc::to_string(*session.options().kv_dtype)) +
-         source(a.kv_dtype) + ", RoPE angles " +
+         source(a.session.kv_dtype) + ", RoPE angles " +
          std::string(amc::transformer::to_string(*session.options().rope_angles)) +
-         source(a.rope_angles);
+         source(a.session.rope_angles);
 }
 
 std::string describe(const amc::SparseConfig& c) {
@@ -195,7 +189,8 @@ int run_generate(const Arguments& a, const amc::transformer::Checkpoint& checkpo
                  const amc::transformer::Tokenizer* tokenizer,
                  const std::vector<std::int32_t>& prompt) {
   const std::int64_t vocab = checkpoint.config().vocab_size;
-  amc::transformer::Session session(checkpoint, session_options(a, a.attention == "sparse"));
+  amc::transformer::Session session(checkpoint,
+                                    session_options(a, checkpoint, a.attention == "sparse"));
   amc::transformer::GenerationOptions g;
   g.max_tokens = a.tokens;
   g.stop_token = a.ignore_eos ? -1 : checkpoint.config().eos_token_id;
@@ -338,7 +333,7 @@ int run_demo(const Arguments& a, const amc::transformer::Checkpoint& checkpoint,
   for (int sparse = 0; sparse < 2; ++sparse) {
     Arguments run = a;
     run.retained_mass = sparse == 1;  // the dense run keeps all mass by definition
-    amc::transformer::SessionOptions options = session_options(run, sparse == 1);
+    amc::transformer::SessionOptions options = session_options(run, checkpoint, sparse == 1);
     if (sparse == 1) {
       options.on_layer = [&](const amc::transformer::LayerAttention& l) { mass_per_layer.add(l); };
     }
@@ -413,8 +408,9 @@ int run(const Arguments& a) {
     fail("--demo prints text; it does not take --json or --logits-out");
   if (a.tokens < 0) fail("-n must be >= 0");
   const std::filesystem::path model(a.model);
-  const amc::transformer::Checkpoint checkpoint = amc::transformer::Checkpoint::load(
-      model, {.weight_dtype = amc::transformer::parse_weight_dtype(a.weight_dtype)});
+  a.session.validate("");  // main() prefixes "amc-generate: "
+  const amc::transformer::Checkpoint checkpoint =
+      amc::transformer::Checkpoint::load(model, a.session.load_options());
   const std::optional<amc::transformer::Tokenizer> tokenizer =
       amc::transformer::load_model_tokenizer(model);
   if (!tokenizer && (a.prompt || a.demo)) {
@@ -459,7 +455,6 @@ int main(int argc, char** argv) {
       "amc-generate: greedy generation with a Qwen2, Qwen3 or Llama checkpoint, dense or "
       "block-sparse decode attention"};
   Arguments a;
-  a.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   app.add_option("--model", a.model,
                  "checkpoint directory (config.json, model.safetensors, tokenizer.json) or GGUF "
                  "file")
@@ -473,23 +468,7 @@ int main(int argc, char** argv) {
   // --block-size, --top-k, --sinks, --window, --scope, --score, --combine, --target-eps,
   // --max-k: the library's selection options (the scale is the model's).
   amc::cli::SparseOptions sparse_options(app, amc::SparseConfig{}, {"scale"});
-  app.add_option("--threads", a.threads, "threads (results do not depend on it)")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  app.add_option("--kv-dtype", a.kv_dtype,
-                 "KV cache storage; auto: the weights' dtype (bf16 for bf16 weights, else f32)")
-      ->check(CLI::IsMember({"auto", "bf16", "f32"}))
-      ->capture_default_str();
-  app.add_option("--weight-dtype", a.weight_dtype,
-                 "weight matrices in memory; auto: as a safetensors checkpoint stores them, bf16 "
-                 "for GGUF (dequantized at load)")
-      ->check(CLI::IsMember({"auto", "bf16", "f32"}))
-      ->capture_default_str();
-  app.add_option("--rope-angles", a.rope_angles,
-                 "RoPE angles: transformers (float32, as transformers computes them) or exact "
-                 "(double); auto: config.json's amc_rope_angles, else transformers")
-      ->check(CLI::IsMember({"auto", "transformers", "exact"}))
-      ->capture_default_str();
+  amc::transformer::add_session_flags(app, a.session);
   app.add_flag("--json", a.json, "JSON lines instead of text");
   app.add_flag("--retained-mass", a.retained_mass,
                "also run dense attention to report the retained mass of sparse decoding");

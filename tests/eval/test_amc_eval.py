@@ -263,6 +263,14 @@ def main():
                       ["--resume", 'kv_dtype = "bf16"', 'kv_dtype = "f32"'])
         check_refusal(sweep + ["--out", resumed, "--resume", "--rope-angles", "exact"],
                       ["--resume", 'rope_angles = "transformers"', 'rope_angles = "exact"'])
+        # The session flags refuse as amc-generate's do (one declaration, session_flags.hpp).
+        plain = [amc_eval, "sweep", "--model", model, "--ids", *docs, "--contexts", "64", "--supports",
+                 "65", "--out", os.path.join(tmp, "refused")]
+        check_refusal(plain + ["--threads", "0"],
+                      ["amc-eval: --threads: must be an integer in [1, 1024], got 0"])
+        check_refusal(plain + ["--kv-dtype", "f16"],
+                      ["amc-eval: --kv-dtype: expected auto, bf16 or f32, got 'f16'"])
+        check(not os.path.exists(os.path.join(tmp, "refused")), "a refused sweep created its --out")
         # Every selection setting the sweep takes is recorded, those that are unset as null.
         for flag, value, key, shown in (("--top-p", "0.9", "top_p", "0.9"),
                                         ("--shortlist", "2", "shortlist", "2"),

@@ -48,7 +48,7 @@ SweepArguments sweep_arguments(const std::vector<fs::path>& documents, const fs:
   a.common.supports = {97, 81};  // in no order: the run list is canonical
   a.common.prefixes = 3;
   a.common.tokens = 4;
-  a.common.threads = 2;
+  a.common.session.threads = "2";
   a.common.out = out.string();
   return a;
 }

@@ -120,6 +120,14 @@ def hostile_files(qwen2, good, tmp):
         with open(path, "wb") as f:
             f.write(data)
         check_refusal([qwen2, "--model", path, "--prompt", "x"], ["amc::GgufFile::open", path, *words])
+    # The session flags (shared with amc-eval: examples/transformer/session_flags.hpp).
+    for flag, value, words in (("--threads", "0", ["--threads", "[1, 1024]", "got 0"]),
+                               ("--threads", "two", ["--threads", "got two"]),
+                               ("--kv-dtype", "f16", ["--kv-dtype", "got 'f16'"]),
+                               ("--weight-dtype", "q4", ["--weight-dtype", "got 'q4'"]),
+                               ("--rope-angles", "yarn", ["--rope-angles", "got 'yarn'"])):
+        check_refusal([qwen2, "--model", good, "--prompt-ids", "5", "-n", "2", flag, value],
+                      ["amc-generate: ", *words])
     # Arguments that would exhaust memory are refused before allocating.
     check_refusal([qwen2, "--model", good, "--prompt-ids", "5", "-n", "9223372036854775807"],
                       ["max_position_embeddings (32768)"])

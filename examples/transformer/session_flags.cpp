@@ -1,0 +1,93 @@
+#include "session_flags.hpp"
+
+#include <CLI/CLI.hpp>
+#include <amc/error.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <sstream>
+#include <thread>
+
+#include "model_files.hpp"
+#include "rope.hpp"
+
+namespace amc::transformer {
+namespace {
+
+constexpr int kMostThreads = 1024;
+
+/// An amc::error "where: parts", or "parts" when `where` is empty (a tool that prefixes its
+/// own name).
+template <class... Parts>
+[[noreturn]] void refuse(std::string_view where, Parts&&... parts) {
+  std::ostringstream message;
+  if (!where.empty()) message << where << ": ";
+  (message << ... << std::forward<Parts>(parts));
+  throw error(message.str());
+}
+
+bool one_of(std::string_view value, std::initializer_list<std::string_view> choices) {
+  return std::find(choices.begin(), choices.end(), value) != choices.end();
+}
+
+}  // namespace
+
+void SessionFlags::validate(std::string_view where) const {
+  if (!threads.empty()) {
+    int n = 0;
+    const char* end = threads.data() + threads.size();
+    const auto [ptr, ec] = std::from_chars(threads.data(), end, n);
+    if (ec != std::errc() || ptr != end || n < 1 || n > kMostThreads) {
+      refuse(where, "--threads: must be an integer in [1, ", kMostThreads, "], got ", threads);
+    }
+  }
+  if (!one_of(kv_dtype, {"auto", "bf16", "f32"})) {
+    refuse(where, "--kv-dtype: expected auto, bf16 or f32, got '", kv_dtype, "'");
+  }
+  if (!one_of(weight_dtype, {"auto", "bf16", "f32"})) {
+    refuse(where, "--weight-dtype: expected auto, bf16 or f32, got '", weight_dtype, "'");
+  }
+  if (!one_of(rope_angles, {"auto", "transformers", "exact"})) {
+    refuse(where, "--rope-angles: expected auto, transformers or exact, got '", rope_angles, "'");
+  }
+}
+
+int SessionFlags::thread_count() const {
+  if (threads.empty()) return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::stoi(threads);
+}
+
+LoadOptions SessionFlags::load_options() const {
+  return {.weight_dtype = parse_weight_dtype(weight_dtype)};
+}
+
+SessionOptions SessionFlags::session_options(const Checkpoint& checkpoint,
+                                             SessionOptions base) const {
+  base.threads = thread_count();
+  base.kv_dtype = kv_dtype == "auto" ? auto_kv_dtype(checkpoint) : parse_storage_type(kv_dtype);
+  base.rope_angles = rope_angles == "auto" ? auto_rope_angles(checkpoint.config())
+                                           : parse_rope_angles(rope_angles, "--rope-angles");
+  return base;
+}
+
+void add_session_flags(CLI::App& app, SessionFlags& flags) {
+  app.add_option("--threads", flags.threads, "threads (results do not depend on it)")
+      ->type_name("INT")
+      ->default_str("every hardware thread");
+  app.add_option("--kv-dtype", flags.kv_dtype,
+                 "KV cache storage; auto: the weights' dtype (bf16 for bf16 weights, else f32)")
+      ->type_name("auto|bf16|f32")
+      ->capture_default_str();
+  app.add_option("--weight-dtype", flags.weight_dtype,
+                 "weight matrices in memory; auto: as a safetensors checkpoint stores them, bf16 "
+                 "for GGUF (dequantized at load)")
+      ->type_name("auto|bf16|f32")
+      ->capture_default_str();
+  app.add_option("--rope-angles", flags.rope_angles,
+                 "RoPE angles: transformers (float32, as transformers computes them) or exact "
+                 "(double); auto: config.json's amc_rope_angles, else transformers")
+      ->type_name("auto|transformers|exact")
+      ->capture_default_str();
+}
+
+}  // namespace amc::transformer

@@ -1,0 +1,57 @@
+// The flags of every tool that runs a model (--threads, --kv-dtype, --weight-dtype,
+// --rope-angles): declared once, so that amc-generate, amc-eval's commands and the bench take
+// the same names, choices, defaults and help, refuse a bad value with the same message, and
+// resolve "auto" the same way.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "checkpoint.hpp"
+#include "model.hpp"
+
+namespace CLI {
+class App;
+}
+
+namespace amc::transformer {
+
+/// The flags as given (text, so that every tool checks them with validate() and names the
+/// flag and the value the same way).
+struct SessionFlags {
+  std::string threads;                ///< "" (not given): every hardware thread
+  std::string kv_dtype = "auto";      ///< auto|bf16|f32; auto: auto_kv_dtype(), the weights'
+  std::string weight_dtype = "auto";  ///< auto|bf16|f32; auto: as stored, bf16 for GGUF
+  std::string rope_angles = "auto";   ///< auto|transformers|exact; auto: auto_rope_angles()
+
+  /// Throws amc::error "<where>: --flag: ..., got VALUE" for the first bad value (without the
+  /// prefix when `where` is empty: for a tool that prints its own name first).
+  void validate(std::string_view where) const;
+  /// --threads, or every hardware thread when not given. Call validate() first.
+  int thread_count() const;
+  /// What Checkpoint::load needs of them: the weight dtype.
+  LoadOptions load_options() const;
+  /// `base` with the thread count, and the KV dtype and RoPE angles with "auto" resolved for
+  /// `checkpoint` (so the options say what the session runs with).
+  SessionOptions session_options(const Checkpoint& checkpoint, SessionOptions base = {}) const;
+};
+
+/// Declares --threads, --kv-dtype, --weight-dtype and --rope-angles on `app`, writing into
+/// `flags`, which must outlive parsing.
+void add_session_flags(CLI::App& app, SessionFlags& flags);
+
+/// What a run used and what was asked for ("auto" or the explicit choice), as the tools
+/// record it: kv_dtype, kv_dtype_requested, rope_angles, rope_angles_requested, weight_dtype,
+/// weight_dtype_requested. `resolved`: session_options()'s result.
+template <class Json>
+void record_session(Json& out, const SessionFlags& flags, const SessionOptions& resolved,
+                    const Checkpoint& checkpoint) {
+  out["kv_dtype"] = std::string(to_string(resolved.kv_dtype.value()));
+  out["kv_dtype_requested"] = flags.kv_dtype;
+  out["rope_angles"] = std::string(to_string(resolved.rope_angles.value()));
+  out["rope_angles_requested"] = flags.rope_angles;
+  out["weight_dtype"] = std::string(to_string(checkpoint.weight_dtype()));
+  out["weight_dtype_requested"] = flags.weight_dtype;
+}
+
+}  // namespace amc::transformer
