@@ -747,6 +747,62 @@ TEST_CASE("set_decode switches decode attention without a new prefill", "[qwen2]
   CHECK(s.positions() == 0);
 }
 
+TEST_CASE("summaries_for keeps block summaries on a dense session", "[qwen2]") {
+  TempDir dir("summaries_for");
+  write_synthetic_checkpoint(dir.path(), amc::transformer::test::wide_spec(amc::StorageType::bf16));
+  const Checkpoint checkpoint = Checkpoint::load(dir.path());
+  const std::int64_t vocab = checkpoint.config().vocab_size;
+  const std::vector<std::int32_t> prompt = prompt_ids(75, vocab, 41);
+  const std::vector<std::int32_t> tokens = prompt_ids(6, vocab, 43);
+  const std::vector<std::int32_t> more = prompt_ids(5, vocab, 47);
+  std::vector<float> logits(static_cast<std::size_t>(vocab));
+  amc::SparseConfig bound;
+  bound.block_size = 8;
+  bound.top_k = 2;
+  bound.window = 16;
+  bound.score = amc::ScoreRule::channel_bound;
+
+  // After the (dense) prefill, a dense session that keeps the bound rule's summaries holds the
+  // summaries a sparse session holds: each block's mean key and channel bounds.
+  SessionOptions kept;
+  kept.summaries_for = bound;
+  Session with(checkpoint, kept);
+  Session plain(checkpoint, SessionOptions{});
+  Session sparse(checkpoint, sparse_options(bound));
+  for (Session* s : {&with, &plain, &sparse}) s->prefill(prompt, logits);
+  CHECK(plain.cache().summaries(0, 0) == nullptr);
+  const std::int64_t layers = checkpoint.config().num_hidden_layers;
+  const std::int64_t kv_heads = checkpoint.config().num_key_value_heads;
+  for (std::int64_t layer = 0; layer < layers; ++layer) {
+    for (std::int64_t head = 0; head < kv_heads; ++head) {
+      const amc::BlockSummaries* a = with.cache().summaries(layer, head);
+      const amc::BlockSummaries* b = sparse.cache().summaries(layer, head);
+      REQUIRE(a != nullptr);
+      REQUIRE(b != nullptr);
+      CHECK(a->block_size() == 8);
+      REQUIRE(a->blocks() == (75 + 7) / 8);
+      REQUIRE(b->blocks() == a->blocks());
+      REQUIRE(a->options().channel_bounds);
+      CHECK((a->mean_keys().array() == b->mean_keys().array()).all());
+      CHECK((a->channel_min().array() == b->channel_min().array()).all());
+      CHECK((a->channel_max().array() == b->channel_max().array()).all());
+    }
+  }
+  // It decodes as a plain dense session, keeping its summaries current: switched to sparse it
+  // selects as the plain session does after set_decode rebuilt the summaries from its cache.
+  CHECK(decode_all(with, tokens) == decode_all(plain, tokens));
+  with.set_decode(AttentionMode::sparse, bound, false);
+  plain.set_decode(AttentionMode::sparse, bound, false);
+  CHECK(decode_all(with, more) == decode_all(plain, more));
+
+  // One block size per cache: sparse attention at another one is refused, naming both.
+  SessionOptions clash = sparse_options(bound);
+  clash.sparse.block_size = 4;
+  clash.summaries_for = bound;
+  REQUIRE_THROWS_WITH(Session(checkpoint, clash),
+                      AMC_CONTAINS("summaries_for.block_size 8 differs from sparse.block_size 4"));
+}
+
 namespace {
 
 using amc::transformer::test::naive_rope_angle;

@@ -192,8 +192,7 @@ int run_mass(const MassArguments& a) {
   const transformer::Config& config = setup.checkpoint->config();
   MassProbe probe(config, setup.sparse, setup.supports);
   transformer::SessionOptions o = setup.session;  // threads, KV dtype, RoPE angles
-  o.attention =
-      transformer::AttentionMode::sparse;  // the cache keeps block summaries from prefill on
+  o.summaries_for = setup.sparse;  // the cache keeps block summaries from the prefill on
   o.sparse = setup.sparse;
   bool observing = false;  // decode steps only: the prefill's logits are the dense model's
   transformer::Session* session_ptr = nullptr;
@@ -202,7 +201,6 @@ int run_mass(const MassArguments& a) {
   };
   transformer::Session session(*setup.checkpoint, o);
   session_ptr = &session;
-  session.set_decode(transformer::AttentionMode::dense, setup.sparse, false);
 
   std::int64_t total = 0;
   for (const ContextPlan& plan : setup.plans) {

@@ -29,11 +29,11 @@ struct PairedRunner::State {
     logits.resize(static_cast<std::size_t>(checkpoint.config().vocab_size));
   }
 
-  // The session starts sparse so the cache keeps block summaries from the prefill on; dense
-  // decode keeps them current, so switching to any support needs no rebuild.
+  // The cache keeps the rule's block summaries from the prefill on, whatever the attention, so
+  // switching to any support needs no rebuild.
   transformer::SessionOptions session_options(const PairedRunOptions& o) {
     transformer::SessionOptions s;
-    s.attention = transformer::AttentionMode::sparse;
+    s.summaries_for = o.sparse;
     s.sparse = o.sparse;
     s.threads = o.threads;
     s.kv_dtype = o.kv_dtype;

@@ -230,12 +230,12 @@ struct PasskeyRunner::State {
         logits(static_cast<std::size_t>(checkpoint.config().vocab_size)),
         layers(checkpoint.config().num_hidden_layers) {}
 
-  // The session starts sparse so that the cache keeps block summaries from the prefill on
-  // (dense decode keeps them current); set_decode adds what another rule needs.
+  // The cache keeps block summaries from the prefill on, whatever the attention; set_decode
+  // adds what another rule needs.
   transformer::SessionOptions options(const SparseConfig& b, StorageType kv_dtype,
                                       transformer::RopeAngles rope_angles, int threads) {
     transformer::SessionOptions o;
-    o.attention = transformer::AttentionMode::sparse;
+    o.summaries_for = b;
     o.sparse = b;
     o.threads = threads;
     o.kv_dtype = kv_dtype;

@@ -189,7 +189,7 @@ struct Session::Impl {
     next.retained_mass = retained_mass;
     const KvCacheOptions wanted = cache_options(next);  // validates before anything changes
     const KvCacheOptions& held = cache.options();
-    if (attention == AttentionMode::sparse &&
+    if (wanted.block_size > 0 &&
         (held.block_size != wanted.block_size || !held.summaries.covers(wanted.summaries))) {
       cache.set_summaries(wanted.block_size, wanted.summaries);
     }
@@ -203,11 +203,24 @@ struct Session::Impl {
               "options not resolved");  // Session's constructor resolves them first
     KvCacheOptions c;
     c.dtype = *o.kv_dtype;
-    if (o.attention == AttentionMode::sparse) {
-      o.sparse.validate();
-      c.block_size = o.sparse.block_size;
-      c.summaries = required_summaries(o.sparse);  // what the configured rule reads
-    }
+    // What a configured rule reads, kept beside what the cache already keeps.
+    const auto keep = [&c](const SparseConfig& config, const char* field) {
+      config.validate();
+      AMC_CHECK(c.block_size == 0 || c.block_size == config.block_size, "amc::transformer::Session",
+                field, ".block_size ", config.block_size, " differs from sparse.block_size ",
+                c.block_size, " (the cache keeps summaries at one block size)");
+      const SummaryOptions wanted = required_summaries(config);
+      AMC_CHECK(c.summaries.sub_blocks == 0 || wanted.sub_blocks == 0 ||
+                    c.summaries.sub_blocks == wanted.sub_blocks,
+                "amc::transformer::Session", field, " needs ", wanted.sub_blocks,
+                " sub-blocks per block, sparse ", c.summaries.sub_blocks);
+      c.block_size = config.block_size;
+      c.summaries.channel_bounds = c.summaries.channel_bounds || wanted.channel_bounds;
+      c.summaries.value_norms = c.summaries.value_norms || wanted.value_norms;
+      c.summaries.sub_blocks = std::max(c.summaries.sub_blocks, wanted.sub_blocks);
+    };
+    if (o.attention == AttentionMode::sparse) keep(o.sparse, "sparse");
+    if (o.summaries_for) keep(*o.summaries_for, "summaries_for");
     return c;
   }
 

@@ -56,6 +56,12 @@ struct SessionOptions {
   /// Threads for everything, the caller included (capped at the hardware's). Results are
   /// identical for every count.
   int threads = 1;
+  /// Block summaries the cache keeps whatever the attention: those this configuration's rule
+  /// reads, at its block size. For a caller that looks at sparse selection on a session it may
+  /// decode densely (the eval's reference runs and probes), so that the summaries do not depend
+  /// on the attention mode. Sparse attention's own summaries are kept beside them (the same
+  /// block size; throws amc::error otherwise).
+  std::optional<SparseConfig> summaries_for;
   /// Sparse decode also runs dense attention, to report the retained mass exp(L_S - L_all).
   bool retained_mass = false;
   /// Arithmetic of dense decode attention (attention == dense): exact_f32, or the opt-in
