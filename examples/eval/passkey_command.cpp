@@ -122,14 +122,10 @@ void add_passkey_command(CLI::App& app, std::function<int()>& run) {
       progress.finish();
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const PasskeyOutputs outputs = write_passkey_outputs(results, options, setup, options.out);
+      const ReportOutputs outputs = write_passkey_outputs(results, options, setup, options.out);
       std::printf("passkey: %zu prompts, %zu answers in %.1f s\n", setup.cases.size(),
                   results.rows.size(), seconds);
-      for (const auto& file : outputs.files) std::printf("wrote %s\n", file.string().c_str());
-      std::fflush(stdout);
-      for (const std::string& note : outputs.notes) {
-        std::fprintf(stderr, "amc-eval: %s\n", note.c_str());  // as the other commands' notes
-      }
+      print_report(outputs);
       return 0;
     };
   });

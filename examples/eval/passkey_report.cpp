@@ -5,10 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <system_error>
 
 #include "amc/error.hpp"
-#include "durable_file.hpp"
 #include "gnuplot.hpp"
 #include "text.hpp"
 
@@ -341,25 +339,10 @@ std::string plot_script_text(const Grid& grid) {
 
 }  // namespace
 
-PasskeyOutputs write_passkey_outputs(const PasskeyResults& results, const PasskeyOptions& options,
-                                     const PasskeySetup& setup,
-                                     const std::filesystem::path& out_dir) {
+ReportOutputs write_passkey_outputs(const PasskeyResults& results, const PasskeyOptions& options,
+                                    const PasskeySetup& setup,
+                                    const std::filesystem::path& out_dir) {
   AMC_CHECK(!results.cells.empty(), "amc::eval::write_passkey_outputs", "no cells to write");
-  std::error_code failed;
-  std::filesystem::create_directories(out_dir, failed);
-  AMC_CHECK(!failed, kWhere, "--out: cannot create directory ", out_dir.string(), ": ",
-            failed.message());
-  AMC_CHECK(std::filesystem::is_directory(out_dir), kWhere, "--out: ", out_dir.string(),
-            " is not a directory");
-
-  PasskeyOutputs outputs;
-  auto write = [&](const char* name, const std::string& text) {
-    write_file_atomically(out_dir / name, text);
-    outputs.files.push_back(out_dir / name);
-  };
-  write("passkey.csv", cells_csv(results, options));
-  write("trials.csv", trials_csv(results, setup));
-  write("passkey.md", markdown_text(results, options, setup));
   const Grid grid = grid_of(results.cells);
   PlotJob plot;
   plot.script_name = "passkey.gp";
@@ -368,12 +351,11 @@ PasskeyOutputs write_passkey_outputs(const PasskeyResults& results, const Passke
   plot.images = {"passkey.png", "passkey.svg"};
   // Its own log: another command's gnuplot.log in the same --out stays.
   plot.log_name = "passkey_gnuplot.log";
-  const PlotResult drawn = draw_plots(out_dir, plot);
-  for (const std::filesystem::path& file : plot_files(out_dir, plot, drawn)) {
-    outputs.files.push_back(file);
-  }
-  if (!drawn.drawn) outputs.notes.push_back("plots in " + out_dir.string() + ": " + drawn.note);
-  return outputs;
+  return write_report(kWhere, out_dir,
+                      {{"passkey.csv", cells_csv(results, options)},
+                       {"trials.csv", trials_csv(results, setup)},
+                       {"passkey.md", markdown_text(results, options, setup)}},
+                      plot);
 }
 
 }  // namespace amc::eval

@@ -7,14 +7,9 @@
 #include <vector>
 
 #include "passkey_probe.hpp"
+#include "report_files.hpp"
 
 namespace amc::eval {
-
-/// Files written by write_passkey_outputs, and notes for the user (e.g. no gnuplot).
-struct PasskeyOutputs {
-  std::vector<std::filesystem::path> files;
-  std::vector<std::string> notes;
-};
 
 /// Writes into out_dir (created if missing), each file atomically (temp file, then rename):
 /// passkey.csv (one row per cell), trials.csv (one row per case and run), passkey.md (tables of
@@ -22,8 +17,8 @@ struct PasskeyOutputs {
 /// plot passkey_plot.dat + passkey.gp, drawn by gnuplot when it is on the PATH into passkey.png
 /// and passkey.svg (accuracy vs depth, a panel per context, a line per run). A missing or
 /// failing gnuplot skips the images with a note (its messages go to passkey_gnuplot.log).
-PasskeyOutputs write_passkey_outputs(const PasskeyResults& results, const PasskeyOptions& options,
-                                     const PasskeySetup& setup,
-                                     const std::filesystem::path& out_dir);
+ReportOutputs write_passkey_outputs(const PasskeyResults& results, const PasskeyOptions& options,
+                                    const PasskeySetup& setup,
+                                    const std::filesystem::path& out_dir);
 
 }  // namespace amc::eval

@@ -92,14 +92,10 @@ void add_retrieval_command(CLI::App& app, std::function<int()>& run) {
       const std::vector<RetrievalProbeResult> rows = run_retrieval_probe(options);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const RetrievalOutputs outputs = write_retrieval_outputs(rows, flags->out);
+      const ReportOutputs outputs = write_retrieval_outputs(rows, flags->out);
       std::printf("retrieval: %zu cells x %lld trials in %.2f s\n", rows.size(),
                   static_cast<long long>(options.trials), seconds);
-      for (const auto& file : outputs.files) std::printf("wrote %s\n", file.string().c_str());
-      std::fflush(stdout);
-      for (const std::string& note : outputs.notes) {
-        std::fprintf(stderr, "amc-eval: %s\n", note.c_str());  // as the other commands' notes
-      }
+      print_report(outputs);
       return 0;
     };
   });

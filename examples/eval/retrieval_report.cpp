@@ -8,10 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <set>
-#include <system_error>
 
 #include "amc/error.hpp"
-#include "durable_file.hpp"
 #include "gnuplot.hpp"
 #include "text.hpp"
 
@@ -362,23 +360,9 @@ std::string plot_script_text(const Grid& grid) {
 
 // --- outputs ----------------------------------------------------------------------------------
 
-RetrievalOutputs write_retrieval_outputs(const std::vector<RetrievalProbeResult>& rows,
-                                         const std::filesystem::path& out_dir) {
+ReportOutputs write_retrieval_outputs(const std::vector<RetrievalProbeResult>& rows,
+                                      const std::filesystem::path& out_dir) {
   AMC_CHECK(!rows.empty(), "amc::eval::write_retrieval_outputs", "no rows to write");
-  std::error_code failed;
-  std::filesystem::create_directories(out_dir, failed);
-  AMC_CHECK(!failed, kWhere, "--out: cannot create directory ", out_dir.string(), ": ",
-            failed.message());
-  AMC_CHECK(std::filesystem::is_directory(out_dir), kWhere, "--out: ", out_dir.string(),
-            " is not a directory");
-
-  RetrievalOutputs outputs;
-  auto write = [&](const char* name, const std::string& text) {
-    write_file_atomically(out_dir / name, text);
-    outputs.files.push_back(out_dir / name);
-  };
-  write("retrieval.csv", csv_text(rows));
-  write("retrieval.md", markdown_text(rows));
   const Grid grid = grid_of(rows);
   PlotJob plot;
   plot.script_name = "retrieval.gp";
@@ -387,12 +371,9 @@ RetrievalOutputs write_retrieval_outputs(const std::vector<RetrievalProbeResult>
   plot.images = {"retrieval.png", "retrieval.svg"};
   // Its own log: the gnuplot.log of a sweep or mass probe in the same --out stays.
   plot.log_name = "retrieval_gnuplot.log";
-  const PlotResult drawn = draw_plots(out_dir, plot);
-  for (const std::filesystem::path& file : plot_files(out_dir, plot, drawn)) {
-    outputs.files.push_back(file);
-  }
-  if (!drawn.drawn) outputs.notes.push_back("plots in " + out_dir.string() + ": " + drawn.note);
-  return outputs;
+  return write_report(kWhere, out_dir,
+                      {{"retrieval.csv", csv_text(rows)}, {"retrieval.md", markdown_text(rows)}},
+                      plot);
 }
 
 }  // namespace amc::eval

@@ -6,15 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "report_files.hpp"
 #include "retrieval_probe.hpp"
 
 namespace amc::eval {
-
-/// Files written by write_retrieval_outputs, and notes for the user (e.g. no gnuplot).
-struct RetrievalOutputs {
-  std::vector<std::filesystem::path> files;
-  std::vector<std::string> notes;
-};
 
 /// Writes into out_dir (created if missing), each file atomically (temp file, then rename):
 /// retrieval.csv (one row per cell), retrieval.md (tables and a reading), retrieval_plot.dat
@@ -22,7 +17,7 @@ struct RetrievalOutputs {
 /// the PATH, retrieval.png and retrieval.svg: hit rate vs block size per selector, one panel
 /// per (context, k). A missing or failing gnuplot skips the plots with a note (its messages go
 /// to retrieval_gnuplot.log): the tables are the result, the plots a view of them.
-RetrievalOutputs write_retrieval_outputs(const std::vector<RetrievalProbeResult>& rows,
-                                         const std::filesystem::path& out_dir);
+ReportOutputs write_retrieval_outputs(const std::vector<RetrievalProbeResult>& rows,
+                                      const std::filesystem::path& out_dir);
 
 }  // namespace amc::eval
