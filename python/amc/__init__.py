@@ -7,7 +7,7 @@ head_dim]; query head h belongs to KV head h // (query heads // KV heads). Resul
 arrays. Every error is an amc.Error carrying the library's message. See docs/python.md.
 """
 
-import math
+import json
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -22,6 +22,7 @@ from ._amc import (  # noqa: F401  (re-exported)
     LogitMargin,
     SparseConfig,
     SparseDecoder,
+    StepAnalysis,
     attention_error_keeps_token,
     bf16_products_available,
     build_summaries,
@@ -100,11 +101,6 @@ def sparse_decode(q, k, v, config: Optional[SparseConfig] = None, *, summaries=N
     return SparseDecoder(config, **settings).decode(q, k, v, summaries)
 
 
-def _number(x):
-    """JSON's view of a float: non-finite numbers are null, as amc-bounds writes them."""
-    return x if math.isfinite(x) else None
-
-
 @dataclass
 class Analysis:
     """amc.analyse's result: amc-bounds' analysis of one decode step (docs/bounds-tool.md)."""
@@ -118,44 +114,14 @@ class Analysis:
     kernels: str
     heads: List[HeadAnalysis] = field(default_factory=list)
     summary: Optional[AnalysisSummary] = None
-
-    _HEAD_FIELDS = ("head", "kv_head", "n", "support_size", "selected_blocks", "lse_support",
-                    "lse_all", "retained_mass", "omitted_mass", "error_norm", "identity_residual",
-                    "relative_identity_residual", "dense_operator_error",
-                    "sparse_operator_error", "value_bound", "loose_value_bound",
-                    "direction_cosine", "certified_omitted_mass_bound",
-                    "certified_log_omitted_mass_bound", "certified_error_bound")
-    _SUMMARY_FIELDS = ("max_omitted_mass", "min_retained_mass", "max_error_norm",
-                       "max_identity_residual", "max_relative_identity_residual",
-                       "max_operator_error", "max_certified_omitted_mass_bound",
-                       "max_certified_error_bound")
+    _step: Optional[StepAnalysis] = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         """The object `amc-bounds --json` prints for the same inputs and settings, less its
-        "input" (the file name): {"config": ..., "heads": [...], "summary": ...}."""
-        adaptive = self.config.adaptive
-        config = {"query_heads": self.query_heads, "kv_heads": self.kv_heads,
-                  "positions": self.positions, "head_dim": self.head_dim}
-        settings = self.config.to_dict()
-        for name in ("block_size", "top_k", "sinks", "window", "scope", "score"):
-            config[name] = settings[name]
-        config["group_combine"] = settings["combine"]
-        config.update(scale=self.scale, adaptive=adaptive, kernels=self.kernels)
-        if adaptive:
-            config.update(target_eps=settings["target_eps"], max_k=settings["max_k"])
-        heads = []
-        for head in self.heads:
-            record = {}
-            for name in self._HEAD_FIELDS:
-                value = getattr(head, name)
-                record[name] = _number(value) if isinstance(value, float) else value
-            if adaptive:
-                record["needed_k"] = head.needed_k
-            heads.append(record)
-        summary = {name: getattr(self.summary, name) for name in self._SUMMARY_FIELDS}
-        if adaptive:
-            summary["max_needed_k"] = self.summary.max_needed_k
-        return {"config": config, "heads": heads, "summary": summary}
+        "input" (the file name): {"config": ..., "heads": [...], "summary": ...}. Written by
+        the same C++ code as the tool's (amc/io/step_analysis_json.hpp), so the two agree."""
+        return json.loads(_amc._analysis_json(self._step, self.config, self.query_heads,
+                                              self.kv_heads, self.positions, self.head_dim))
 
 
 def analyse(q, k, v, config: Optional[SparseConfig] = None, **settings) -> Analysis:
@@ -171,4 +137,4 @@ def analyse(q, k, v, config: Optional[SparseConfig] = None, **settings) -> Analy
     step, query_heads, kv_heads, positions, head_dim = _amc._analyse(q, k, v, config)
     return Analysis(config=config, scale=step.scale, query_heads=query_heads, kv_heads=kv_heads,
                     positions=positions, head_dim=head_dim, kernels=kernels(),
-                    heads=list(step.heads), summary=step.summary)
+                    heads=list(step.heads), summary=step.summary, _step=step)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "amc/amc.hpp"
+#include "amc/io/step_analysis_json.hpp"
 #include "amc/math/margin.hpp"
 #include "amc/math/omitted_mass.hpp"
 #include "amc/math/step_analysis.hpp"
@@ -47,6 +48,15 @@ py::tuple analyse(py::handle q_obj, py::handle k_obj, py::handle v_obj,
     analysis = analyse_step(in, config);
   }
   return py::make_tuple(analysis, in.query_heads, in.kv_heads, in.positions, in.head_dim);
+}
+
+/// The JSON text amc-bounds --json prints for the same step, less "input" (one schema:
+/// amc/io/step_analysis_json.hpp).
+std::string analysis_json(const StepAnalysis& analysis, const SparseConfig& config,
+                          std::int64_t query_heads, std::int64_t kv_heads, std::int64_t positions,
+                          std::int64_t head_dim) {
+  const StepInputs shape{query_heads, kv_heads, positions, head_dim, {}, {}, {}};
+  return step_analysis_json(analysis, shape, config, kernels::active().name).dump();
 }
 
 }  // namespace
@@ -93,6 +103,8 @@ void bind_analysis(py::module_& m) {
       .def_readonly("heads", &StepAnalysis::heads)
       .def_readonly("summary", &StepAnalysis::summary);
   m.def("_analyse", &analyse, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("config"));
+  m.def("_analysis_json", &analysis_json, py::arg("analysis"), py::arg("config"),
+        py::arg("query_heads"), py::arg("kv_heads"), py::arg("positions"), py::arg("head_dim"));
 
   // --- margins and omitted mass ---
   py::class_<LogitMargin>(m, "LogitMargin")

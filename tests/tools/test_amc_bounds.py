@@ -208,6 +208,17 @@ def regressions(tool, tmp):
             check(head["needed_k"] == 1, f"cancel {dtype} adaptive: needed_k {head['needed_k']}, 0.9375 > 0.93")
         else:
             check(False, f"cancel {dtype} adaptive: exit {result.returncode} {result.stderr!r}")
+    # The echo of the settings comes from the library's table: every setting the tool takes is
+    # there, a given one with its value, an unset optional one as null.
+    result = run(tool, [os.path.join(tmp, "cancel_F32.safetensors"), "--json", "--score", "twostage",
+                        "--shortlist", "3", "--shortlist-score", "bound", "--top-p", "0.5"])
+    check(result.returncode == 0, f"settings echo: exit {result.returncode} {result.stderr!r}")
+    if result.returncode == 0:
+        cfg = json.loads(result.stdout)["config"]
+        echoed = {key: cfg.get(key, "(missing)") for key in ("score", "shortlist", "shortlist_score", "top_p",
+                                                              "sub_blocks", "target_eps", "max_k")}
+        check(echoed == {"score": "twostage", "shortlist": 3, "shortlist_score": "bound", "top_p": 0.5,
+                         "sub_blocks": None, "target_eps": None, "max_k": None}, f"settings echo: {echoed}")
     # q = [1], keys [720, 0 x 15], block 1, sink 1: eps = 15 e^-720 / (1 + 15 e^-720), subnormal.
     path = os.path.join(tmp, "underflow.safetensors")
     write_safetensors(path, [("q", "F32", [1, 1], [1.0]), ("k", "F32", [1, 16, 1], [720.0] + [0.0] * 15),

@@ -27,7 +27,7 @@
 #include "amc/amc.hpp"
 #include "amc/cli/sparse_options.hpp"
 #include "amc/io/safetensors.hpp"
-#include "amc/io/sparse_config_json.hpp"
+#include "amc/io/step_analysis_json.hpp"
 #include "amc/math/certified_bounds.hpp"
 #include "amc/math/omitted_mass.hpp"
 #include "amc/math/step_analysis.hpp"
@@ -46,78 +46,22 @@ struct Options {
   bool json_output = false;
 };
 
-json number(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
-
 int run(const Options& options) {
   const SparseConfig& config = options.config;
   const Inputs in = bounds::load_inputs(options.input);
   const std::int64_t d = in.head_dim, n = in.positions;
   const bool adaptive = config.adaptive();
-  const StepAnalysis analysis =
-      analyse_step({in.query_heads, in.kv_heads, n, d, in.q, in.k, in.v}, config);
+  const StepInputs step{in.query_heads, in.kv_heads, n, d, in.q, in.k, in.v};
+  const StepAnalysis analysis = analyse_step(step, config);
   const float scale = analysis.scale;
 
-  json heads = json::array();
-  for (const HeadAnalysis& a : analysis.heads) {
-    json record = {{"head", a.head},
-                   {"kv_head", a.kv_head},
-                   {"n", a.positions},
-                   {"support_size", a.support_size},
-                   {"selected_blocks", a.selected_blocks},
-                   {"lse_support", number(a.lse_support)},
-                   {"lse_all", number(a.lse_all)},
-                   {"retained_mass", a.retained_mass},
-                   {"omitted_mass", a.omitted_mass},
-                   {"error_norm", a.error_norm},
-                   {"identity_residual", a.identity_residual},
-                   {"relative_identity_residual", a.relative_identity_residual},
-                   {"dense_operator_error", a.dense_operator_error},
-                   {"sparse_operator_error", a.sparse_operator_error},
-                   {"value_bound", a.value_bound},
-                   {"loose_value_bound", a.loose_value_bound},
-                   {"direction_cosine", a.direction_cosine},
-                   {"certified_omitted_mass_bound", a.certified_omitted_mass_bound},
-                   {"certified_log_omitted_mass_bound", number(a.certified_log_omitted_mass_bound)},
-                   {"certified_error_bound", a.certified_error_bound}};
-    if (a.needed_k) record["needed_k"] = *a.needed_k;
-    heads.push_back(record);
-  }
-  const StepSummary& s = analysis.summary;
-  const double max_eps = s.max_omitted_mass, max_error = s.max_error_norm,
-               max_residual = s.max_identity_residual;
-
-  // The configuration as the library writes it (its "combine" under this tool's historical
-  // name "group_combine"), the resolved scale, and the input's shape.
-  json effective = {{"input", options.input},
-                    {"query_heads", in.query_heads},
-                    {"kv_heads", in.kv_heads},
-                    {"positions", n},
-                    {"head_dim", d}};
-  const json settings = to_json<json>(
-      config, {"block_size", "top_k", "sinks", "window", "scope", "score", "combine"});
-  for (const auto& [key, value] : settings.items())
-    effective[key == "combine" ? "group_combine" : key] = value;
-  effective["scale"] = scale;
-  effective["adaptive"] = adaptive;
-  effective["kernels"] = std::string(kernels::active().name);
-  if (adaptive) {
-    effective["target_eps"] = *config.target_eps;
-    effective["max_k"] = config.max_k ? json(*config.max_k) : json(nullptr);
-  }
-  json summary = {{"max_omitted_mass", s.max_omitted_mass},
-                  {"min_retained_mass", s.min_retained_mass},
-                  {"max_error_norm", s.max_error_norm},
-                  {"max_identity_residual", s.max_identity_residual},
-                  {"max_relative_identity_residual", s.max_relative_identity_residual},
-                  {"max_operator_error", s.max_operator_error},
-                  {"max_certified_omitted_mass_bound", s.max_certified_omitted_mass_bound},
-                  {"max_certified_error_bound", s.max_certified_error_bound}};
-  if (s.max_needed_k) summary["max_needed_k"] = *s.max_needed_k;
-
   if (options.json_output) {
-    std::cout << json{{"config", effective}, {"heads", heads}, {"summary", summary}}.dump() << '\n';
+    json out = step_analysis_json(analysis, step, config, kernels::active().name);
+    out["config"]["input"] = options.input;
+    std::cout << out.dump() << '\n';
     return 0;
   }
+  const StepSummary& s = analysis.summary;
   std::printf("amc-bounds %s: %lld query heads, %lld KV heads, n = %lld, head_dim %lld\n",
               options.input.c_str(), static_cast<long long>(in.query_heads),
               static_cast<long long>(in.kv_heads), static_cast<long long>(n),
@@ -131,18 +75,16 @@ int run(const Options& options) {
   std::printf("%5s %4s %8s %12s %12s %12s %12s %12s %12s%s\n", "head", "kv", "support", "omitted",
               "error", "value bound", "cert. eps", "cert. error", "residual",
               adaptive ? "  needed k" : "");
-  for (const json& r : heads) {
+  for (const HeadAnalysis& a : analysis.heads) {
     std::printf("%5lld %4lld %8lld %12.4e %12.4e %12.4e %12.4e %12.4e %12.2e",
-                r["head"].get<long long>(), r["kv_head"].get<long long>(),
-                r["support_size"].get<long long>(), r["omitted_mass"].get<double>(),
-                r["error_norm"].get<double>(), r["value_bound"].get<double>(),
-                r["certified_omitted_mass_bound"].get<double>(),
-                r["certified_error_bound"].get<double>(), r["identity_residual"].get<double>());
-    if (adaptive) std::printf(" %10lld", r["needed_k"].get<long long>());
+                static_cast<long long>(a.head), static_cast<long long>(a.kv_head),
+                static_cast<long long>(a.support_size), a.omitted_mass, a.error_norm, a.value_bound,
+                a.certified_omitted_mass_bound, a.certified_error_bound, a.identity_residual);
+    if (adaptive) std::printf(" %10lld", static_cast<long long>(a.needed_k.value_or(-1)));
     std::printf("\n");
   }
-  std::printf("\nmax omitted mass %.4e, max error norm %.4e, max identity residual %.2e\n", max_eps,
-              max_error, max_residual);
+  std::printf("\nmax omitted mass %.4e, max error norm %.4e, max identity residual %.2e\n",
+              s.max_omitted_mass, s.max_error_norm, s.max_identity_residual);
   std::printf(
       "retained mass alone does not bound the error: compare 'omitted' with 'error' per head.\n");
   return 0;
