@@ -30,17 +30,22 @@ bool one_of(std::string_view value, std::initializer_list<std::string_view> choi
   return std::find(choices.begin(), choices.end(), value) != choices.end();
 }
 
+/// --threads as a count (0 when not given); throws for anything but an integer in range.
+int parse_threads(const std::string& threads, std::string_view where) {
+  if (threads.empty()) return 0;
+  int n = 0;
+  const char* end = threads.data() + threads.size();
+  const auto [ptr, ec] = std::from_chars(threads.data(), end, n);
+  if (ec != std::errc() || ptr != end || n < 1 || n > kMostThreads) {
+    refuse(where, "--threads: must be an integer in [1, ", kMostThreads, "], got ", threads);
+  }
+  return n;
+}
+
 }  // namespace
 
 void SessionFlags::validate(std::string_view where) const {
-  if (!threads.empty()) {
-    int n = 0;
-    const char* end = threads.data() + threads.size();
-    const auto [ptr, ec] = std::from_chars(threads.data(), end, n);
-    if (ec != std::errc() || ptr != end || n < 1 || n > kMostThreads) {
-      refuse(where, "--threads: must be an integer in [1, ", kMostThreads, "], got ", threads);
-    }
-  }
+  parse_threads(threads, where);
   if (!one_of(kv_dtype, {"auto", "bf16", "f32"})) {
     refuse(where, "--kv-dtype: expected auto, bf16 or f32, got '", kv_dtype, "'");
   }
@@ -53,8 +58,8 @@ void SessionFlags::validate(std::string_view where) const {
 }
 
 int SessionFlags::thread_count() const {
-  if (threads.empty()) return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::stoi(threads);
+  const int given = parse_threads(threads, "");
+  return given > 0 ? given : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 LoadOptions SessionFlags::load_options() const {

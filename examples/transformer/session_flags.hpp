@@ -1,7 +1,7 @@
 // The flags of every tool that runs a model (--threads, --kv-dtype, --weight-dtype,
-// --rope-angles): declared once, so that amc-generate, amc-eval's commands and the bench take
-// the same names, choices, defaults and help, refuse a bad value with the same message, and
-// resolve "auto" the same way.
+// --rope-angles): declared once, so that amc-generate and amc-eval's commands take the same
+// names, choices, defaults and help, refuse a bad value with the same message, and resolve
+// "auto" the same way. (amc-bench-qwen2 keeps flags of its own: it measures fixed dtypes.)
 #pragma once
 
 #include <string>
@@ -27,7 +27,7 @@ struct SessionFlags {
   /// Throws amc::error "<where>: --flag: ..., got VALUE" for the first bad value (without the
   /// prefix when `where` is empty: for a tool that prints its own name first).
   void validate(std::string_view where) const;
-  /// --threads, or every hardware thread when not given. Call validate() first.
+  /// --threads, or every hardware thread when not given; throws as validate() for a bad value.
   int thread_count() const;
   /// What Checkpoint::load needs of them: the weight dtype.
   LoadOptions load_options() const;
