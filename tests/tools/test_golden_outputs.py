@@ -13,7 +13,11 @@ One file per architecture, since the same source rounds differently on each: the
 tests/golden/tool_outputs.json, is x86-64's; tests/golden/tool_outputs_aarch64.json is aarch64's
 (recorded under qemu-aarch64 by the cross build, preset aarch64, which passes --golden). There
 the compiler fuses a * b + c into one FMA, Eigen's GEMM is NEON and libm is aarch64's, so the
-numbers differ from x86-64's in their last digits (token ids and selections do not).
+numbers differ from x86-64's in their last digits (token ids and selections do not). A change
+meant to alter outputs updates both: the aarch64 one with the cross build's emulated tools,
+`test_golden_outputs.py build/aarch64/emulated/amc-generate build/aarch64/emulated/amc-eval
+build/aarch64/emulated/amc-bounds --golden tests/golden/tool_outputs_aarch64.json --update`
+(after `scripts/ci-arm64` built them).
 
 usage: test_golden_outputs.py AMC_QWEN2 AMC_EVAL AMC_BOUNDS [--update] [--golden FILE]
 """
