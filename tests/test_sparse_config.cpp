@@ -2,8 +2,12 @@
 // CLI11 options, the rule registry, and adaptive selection as part of BlockSparseDecode.
 #include <CLI/CLI.hpp>
 
+#include <functional>
+#include <limits>
 #include <random>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "amc/amc.hpp"
@@ -114,7 +118,7 @@ TEST_CASE("bad settings are refused naming the setting and the value", "[config]
       {"top_k", {"expected name=value", "'top_k'"}},
   };
   for (const auto& [text, words] : cases) {
-    const std::string message = message_of([&] { parse_sparse_config(text); });
+    const std::string message = message_of([&t = text] { parse_sparse_config(t); });
     CAPTURE(text, message);
     for (const std::string& word : words) CHECK(message.find(word) != std::string::npos);
   }
@@ -138,6 +142,65 @@ TEST_CASE("bad settings are refused naming the setting and the value", "[config]
   SparseConfig adaptive;
   adaptive.target_eps = 0.1;
   CHECK_FALSE(sparse_config_from_json(json{{"target_eps", nullptr}}, adaptive).target_eps);
+}
+
+TEST_CASE("validate() checks fields set in C++ against the same rows as the text", "[config]") {
+  // Each field set directly to a value just outside its row's range: validate() names the
+  // field, says what it must be (the text front door's words) and prints the value.
+  using Set = std::function<void(SparseConfig&)>;
+  const std::vector<std::tuple<std::string, Set, std::string>> cases = {
+      {"block_size must be an integer > 0", [](SparseConfig& c) { c.block_size = 0; }, "got 0"},
+      {"top_k must be an integer >= 0", [](SparseConfig& c) { c.top_k = -1; }, "got -1"},
+      {"sinks must be an integer >= 0", [](SparseConfig& c) { c.sinks = -3; }, "got -3"},
+      {"window must be an integer >= 0", [](SparseConfig& c) { c.window = -64; }, "got -64"},
+      {"scope must be 'head' or 'group'",
+       [](SparseConfig& c) { c.scope = static_cast<SelectionScope>(7); }, "got (invalid value 7)"},
+      {"combine must be 'sum' or 'max'",
+       [](SparseConfig& c) { c.combine = static_cast<GroupCombine>(9); }, "got (invalid value 9)"},
+      {"scale must be a positive finite number", [](SparseConfig& c) { c.scale = -0.5f; },
+       "got -0.5"},
+      {"scale must be a positive finite number",
+       [](SparseConfig& c) { c.scale = std::numeric_limits<float>::infinity(); }, "got inf"},
+      {"target_eps must be a number in [0, 1]", [](SparseConfig& c) { c.target_eps = 1.5; },
+       "got 1.5"},
+      {"target_eps must be a number in [0, 1]",
+       [](SparseConfig& c) { c.target_eps = std::numeric_limits<double>::quiet_NaN(); }, "got nan"},
+      {"max_k must be an integer >= 0",
+       [](SparseConfig& c) {
+         c.target_eps = 0.1;
+         c.max_k = -2;
+       },
+       "got -2"},
+      {"top_p must be a number in (0, 1]", [](SparseConfig& c) { c.top_p = 0.0; }, "got 0"},
+      {"shortlist must be an integer >= 1", [](SparseConfig& c) { c.shortlist = 0; }, "got 0"},
+      {"shortlist_score must be a rule that reads only summaries: mean|bound|submean",
+       [](SparseConfig& c) { c.shortlist_score = ScoreRule::oracle; }, "got oracle"},
+      {"sub_blocks must be an integer >= 1", [](SparseConfig& c) { c.sub_blocks = -1; }, "got -1"},
+  };
+  for (const auto& [what, set, got] : cases) {
+    SparseConfig c;
+    set(c);
+    const std::string message = message_of([&] { c.validate(); });
+    CAPTURE(what, message);
+    CHECK(message.find("amc::SparseConfig::validate: " + what + ", " + got) != std::string::npos);
+  }
+  // Every row's range is checked: one case per setting that can hold a bad value (score always
+  // names a registered rule).
+  std::set<std::string> checked;
+  for (const auto& [what, set, got] : cases) checked.insert(what.substr(0, what.find(' ')));
+  for (const SparseSetting& s : sparse_settings()) {
+    if (s.name != "score") CHECK(checked.count(std::string(s.name)) == 1);
+  }
+  // A refused value leaves the field as it was.
+  SparseConfig c;
+  c.top_k = 5;
+  c.shortlist = 3;
+  CHECK_THROWS(sparse_setting("top_k").set(c, "-1"));
+  CHECK_THROWS(sparse_setting("shortlist").set(c, "0"));
+  CHECK_THROWS(sparse_setting("scope").set(c, "layer"));
+  CHECK(c.top_k == 5);
+  CHECK(c.shortlist == 3);
+  CHECK(c.scope == SelectionScope::per_head);
 }
 
 TEST_CASE("the command-line options come from the table, with its names and errors", "[config]") {

@@ -896,7 +896,8 @@ TEST_CASE("WeightMemory::mapped: weight matrices are used in place in the file, 
   TempDir root("mapped");
   write_synthetic_checkpoint(root.path(),
                              amc::transformer::test::tiny_spec(amc::StorageType::bf16));
-  const Checkpoint checkpoint = Checkpoint::load(root.path(), {.weights = WeightMemory::mapped});
+  const Checkpoint checkpoint = Checkpoint::load(
+      root.path(), {.weights = WeightMemory::mapped, .weight_dtype = std::nullopt});
   CHECK(checkpoint.weight_memory() == WeightMemory::mapped);
   std::ifstream maps("/proc/self/maps");
   if (!maps) {
@@ -919,7 +920,8 @@ TEST_CASE(
   write_synthetic_checkpoint(root.path(),
                              amc::transformer::test::tiny_spec(amc::StorageType::bf16));
   Checkpoint copied = Checkpoint::load(root.path());
-  const Checkpoint mapped = Checkpoint::load(root.path(), {.weights = WeightMemory::mapped});
+  const Checkpoint mapped = Checkpoint::load(
+      root.path(), {.weights = WeightMemory::mapped, .weight_dtype = std::nullopt});
   // Where the kernel refuses the advice the load stays mapped: the copy would gain nothing.
   const bool advised = amc::HugePageBuffer(1).huge_pages_advised();
   REQUIRE(copied.weight_memory() == (advised ? WeightMemory::huge_pages : WeightMemory::mapped));
@@ -993,6 +995,6 @@ TEST_CASE("WeightMemory: names, and a value that is none is refused by name", "[
   write_synthetic_checkpoint(root.path(),
                              amc::transformer::test::tiny_spec(amc::StorageType::bf16));
   CHECK_THROWS_WITH(
-      Checkpoint::load(root.path(), {.weights = invalid}),
+      Checkpoint::load(root.path(), {.weights = invalid, .weight_dtype = std::nullopt}),
       AMC_CONTAINS("amc::transformer::Checkpoint::load") && AMC_CONTAINS("options.weights is 7"));
 }

@@ -501,7 +501,7 @@ TEST_CASE("generation stops at the stop token and validates its input", "[qwen2]
   amc::SparseConfig config;
   config.block_size = 0;
   REQUIRE_THROWS_WITH(Session(checkpoint, sparse_options(config)),
-                      AMC_CONTAINS("block_size must be positive"));
+                      AMC_CONTAINS("block_size must be an integer > 0"));
 }
 
 TEST_CASE("a random KV cache fill gives a long context to decode from", "[qwen2]") {
@@ -738,7 +738,7 @@ TEST_CASE("set_decode switches decode attention without a new prefill", "[qwen2]
   amc::SparseConfig bad = mean;
   bad.block_size = 0;
   REQUIRE_THROWS_WITH(s.set_decode(AttentionMode::sparse, bad, false),
-                      AMC_CONTAINS("block_size must be positive, got 0"));
+                      AMC_CONTAINS("block_size must be an integer > 0, got 0"));
   // A refused switch changes nothing.
   CHECK(s.options().sparse.block_size == 8);
   CHECK(s.options().retained_mass);

@@ -113,11 +113,7 @@ void bind_config(py::module_& m) {
     config_class.def_property(
         name.c_str(), [&s](const SparseConfig& c) { return setting_value(s, c); },
         [&s](SparseConfig& c, py::handle value) {
-          // On a copy: the table's setters store before they check, and a refused value must
-          // leave the configuration as it was.
-          SparseConfig changed = c;
-          s.set(changed, setting_text(s, value));
-          c = changed;
+          s.set(c, setting_text(s, value));  // a refused value leaves c as it was
         },
         std::string(s.help).c_str());
   }

@@ -12,6 +12,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "amc/attention/rule_info.hpp"
@@ -140,44 +142,9 @@ struct SparseConfig {
     return max_k.value_or(std::numeric_limits<std::int64_t>::max());
   }
 
-  /// Throws amc::error naming the first bad field and its value.
-  void validate() const {
-    constexpr const char* where = "amc::SparseConfig::validate";
-    AMC_CHECK(block_size > 0, where, "block_size must be positive, got ", block_size);
-    AMC_CHECK(top_k >= 0, where, "top_k must be >= 0, got ", top_k);
-    AMC_CHECK(sinks >= 0, where, "sinks must be >= 0, got ", sinks);
-    AMC_CHECK(window >= 0, where, "window must be >= 0, got ", window);
-    AMC_CHECK(!scale || (*scale > 0.0f && *scale < 1e30f), where,
-              "scale must be positive and finite, got ", scale ? *scale : 0.0f);
-    AMC_CHECK(scope == SelectionScope::per_head || scope == SelectionScope::per_group, where,
-              "scope has an invalid value ", static_cast<int>(scope));
-    AMC_CHECK(combine == GroupCombine::sum || combine == GroupCombine::max, where,
-              "combine has an invalid value ", static_cast<int>(combine));
-    AMC_CHECK(!target_eps || (*target_eps >= 0.0 && *target_eps <= 1.0), where,
-              "target_eps must be in [0, 1], got ", target_eps ? *target_eps : 0.0);
-    AMC_CHECK(!max_k || *max_k >= 0, where, "max_k must be >= 0, got ", max_k ? *max_k : 0);
-    AMC_CHECK(!max_k || target_eps, where, "max_k needs target_eps (it caps adaptive selection)");
-    AMC_CHECK(!top_p || (*top_p > 0.0 && *top_p <= 1.0), where, "top_p must be in (0, 1], got ",
-              top_p ? *top_p : 0.0);
-    AMC_CHECK(!top_p || !target_eps, where, "top_p and target_eps are two adaptive budgets (top_p ",
-              top_p ? *top_p : 0.0, ", target_eps ", target_eps ? *target_eps : 0.0, "); set one");
-    AMC_CHECK(!shortlist || *shortlist >= 1, where, "shortlist must be >= 1, got ",
-              shortlist ? *shortlist : 0);
-    AMC_CHECK(!sub_blocks || *sub_blocks >= 1, where, "sub_blocks must be >= 1, got ",
-              sub_blocks ? *sub_blocks : 0);
-    if (shortlist_score) {
-      const RuleInfo& first = shortlist_score->info();  // throws for an unregistered name
-      AMC_CHECK(!first.reads_keys, where,
-                "shortlist_score must be a rule that reads only "
-                "summaries (a cheap first stage), got ",
-                first.name);
-    }
-    const RuleInfo& rule = score.info();
-    const std::int64_t rule_sub_blocks = rule.summaries ? rule.summaries(*this).sub_blocks : 0;
-    AMC_CHECK(rule_sub_blocks == 0 || block_size % rule_sub_blocks == 0, where, "score ",
-              score.name(), " keeps ", rule_sub_blocks, " sub-blocks per block (sub_blocks), ",
-              "which must divide block_size ", block_size);
-  }
+  /// Throws amc::error naming the first bad field and its value: each setting against its
+  /// row's range (sparse_settings()), then the checks that involve two settings.
+  void validate() const;
 
   bool adaptive() const { return target_eps.has_value(); }
 
@@ -203,16 +170,34 @@ inline SummaryOptions required_summaries(const SparseConfig& config) {
 enum class SettingKind : std::uint8_t { integer, real, name };
 
 /// One selection setting: its name (JSON key, text key, and with '_' as '-' the command-line
-/// flag), what it means, and its value as text. Unset optional settings read as "" and are
-/// left out of JSON.
+/// flag), what it means, what a value must be, and its value as text. Unset optional settings
+/// read as "" and are left out of JSON. Rows are made from the field's member pointer
+/// (sparse_settings()), so reading, writing and checking a field are written once.
 struct SparseSetting {
   std::string_view name;
   std::string_view help;
   SettingKind kind;
-  bool optional;  ///< may be unset ("" clears it)
-  std::string (*get)(const SparseConfig&);
-  /// Parses `text` into the field; throws amc::error "amc::SparseConfig: <name> ..., got '<text>'".
-  void (*set)(SparseConfig&, std::string_view text);
+  bool optional;                 ///< may be unset ("" clears it)
+  std::string_view requirement;  ///< "an integer > 0", "'head' or 'group'", ...
+
+  /// The field's value as text ("" when an optional setting is unset).
+  std::string get(const SparseConfig& config) const { return to_text_(config); }
+  /// Parses `text` into the field, which is left unchanged when `text` is refused; throws
+  /// amc::error "amc::SparseConfig: <name> must be <requirement>, got '<text>'".
+  void set(SparseConfig& config, std::string_view text) const { from_text_(*this, config, text); }
+  /// Throws amc::error "amc::SparseConfig::validate: <name> must be <requirement>, got <value>"
+  /// when the field holds a value its row refuses (a C++ caller can set any value).
+  void check(const SparseConfig& config) const {
+    if (!allows_(config)) {
+      detail::throw_error("amc::SparseConfig::validate", name, " must be ", requirement, ", got ",
+                          get(config));
+    }
+  }
+
+  // The row's operations on its field, generated by the row makers below.
+  std::string (*to_text_)(const SparseConfig&);
+  void (*from_text_)(const SparseSetting&, SparseConfig&, std::string_view);
+  bool (*allows_)(const SparseConfig&);
 };
 
 namespace detail {
@@ -220,18 +205,6 @@ namespace detail {
 [[noreturn]] inline void bad_setting(std::string_view name, std::string_view what,
                                      std::string_view text) {
   throw_error("amc::SparseConfig", name, " must be ", what, ", got '", text, "'");
-}
-
-template <class T>
-T parse_setting_number(std::string_view name, std::string_view text, std::string_view what) {
-  T value{};
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end) bad_setting(name, what, text);
-  if constexpr (std::is_floating_point_v<T>) {
-    if (!std::isfinite(value)) bad_setting(name, what, text);
-  }
-  return value;
 }
 
 /// Shortest text that reads back as the same number.
@@ -261,130 +234,213 @@ inline std::string summary_rule_choices() {
   return out;
 }
 
+/// The values a numeric setting allows: low < x (low_open) or low <= x, and likewise high.
+/// Reals must also be finite. A structural type, so a row's range is a template argument.
+struct Interval {
+  double low = -std::numeric_limits<double>::infinity();
+  bool low_open = false;
+  double high = std::numeric_limits<double>::infinity();
+  bool high_open = false;
+
+  template <class T>
+  bool contains(T value) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (!std::isfinite(value)) return false;
+    }
+    const auto x = static_cast<double>(value);
+    return (low_open ? x > low : x >= low) && (high_open ? x < high : x <= high);
+  }
+};
+
+/// A field's value type: T for a T or a std::optional<T> member.
+template <class Field>
+struct setting_value {
+  using type = Field;
+  static constexpr bool optional = false;
+};
+template <class T>
+struct setting_value<std::optional<T>> {
+  using type = T;
+  static constexpr bool optional = true;
+};
+template <auto member>
+using field_of = std::remove_cvref_t<decltype(std::declval<SparseConfig&>().*member)>;
+
+/// The field's value, or nullptr when an optional setting is unset.
+template <auto member>
+const auto* field_value(const SparseConfig& config) {
+  const auto& field = config.*member;
+  if constexpr (setting_value<field_of<member>>::optional) {
+    return field ? &*field : nullptr;
+  } else {
+    return &field;
+  }
+}
+
+/// The row of a numeric field (std::int64_t, float or double, optional or not) whose values
+/// must lie in `allowed`, described to users as `requirement`.
+template <auto member, Interval allowed>
+constexpr SparseSetting number_row(std::string_view name, std::string_view help,
+                                   std::string_view requirement) {
+  using Value = typename setting_value<field_of<member>>::type;
+  constexpr bool optional = setting_value<field_of<member>>::optional;
+  return {
+      name,
+      help,
+      std::is_integral_v<Value> ? SettingKind::integer : SettingKind::real,
+      optional,
+      requirement,
+      [](const SparseConfig& c) {
+        const auto* value = field_value<member>(c);
+        return value ? setting_number_text(*value) : std::string();
+      },
+      [](const SparseSetting& row, SparseConfig& c, std::string_view text) {
+        if constexpr (optional) {
+          if (text.empty()) return (c.*member).reset();
+        }
+        Value value{};
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+        if (text.empty() || ec != std::errc() || ptr != end || !allowed.contains(value)) {
+          bad_setting(row.name, row.requirement, text);
+        }
+        c.*member = value;
+      },
+      [](const SparseConfig& c) {
+        const auto* value = field_value<member>(c);
+        return value == nullptr || allowed.contains(*value);
+      },
+  };
+}
+
+/// The row of a field named by text (an enum or a rule), optional or not: `parse` turns
+/// accepted text into the value (nullopt: refused), `allows` says whether a value is valid.
+template <auto member, auto parse, auto allows>
+constexpr SparseSetting name_row(std::string_view name, std::string_view help,
+                                 std::string_view requirement) {
+  constexpr bool optional = setting_value<field_of<member>>::optional;
+  return {
+      name,
+      help,
+      SettingKind::name,
+      optional,
+      requirement,
+      [](const SparseConfig& c) {
+        const auto* value = field_value<member>(c);
+        if (value == nullptr) return std::string();
+        using Value = std::remove_cvref_t<decltype(*value)>;
+        if constexpr (std::is_enum_v<Value>) {
+          // An enum set out of range in C++ prints as its number, which validate() reports.
+          if (!allows(*value)) {
+            return "(invalid value " + std::to_string(static_cast<int>(*value)) + ")";
+          }
+        }
+        return std::string(to_string(*value));
+      },
+      [](const SparseSetting& row, SparseConfig& c, std::string_view text) {
+        if constexpr (optional) {
+          if (text.empty()) return (c.*member).reset();
+        }
+        const auto value = parse(text);
+        if (!value) bad_setting(row.name, row.requirement, text);
+        c.*member = *value;
+      },
+      [](const SparseConfig& c) {
+        const auto* value = field_value<member>(c);
+        return value == nullptr || allows(*value);
+      },
+  };
+}
+
+inline constexpr Interval kPositive{.low = 0.0, .low_open = true};
+inline constexpr Interval kNonNegative{.low = 0.0};
+inline constexpr Interval kAtLeastOne{.low = 1.0};
+inline constexpr Interval kUnitClosed{.low = 0.0, .high = 1.0};
+inline constexpr Interval kUnitOpenBelow{.low = 0.0, .low_open = true, .high = 1.0};
+// A scale at or above 1e30 overflows a score to infinity for ordinary inputs.
+inline constexpr Interval kScale{.low = 0.0, .low_open = true, .high = 1e30, .high_open = true};
+
+inline std::optional<SelectionScope> scope_named(std::string_view text) {
+  if (text == "head") return SelectionScope::per_head;
+  if (text == "group") return SelectionScope::per_group;
+  return std::nullopt;
+}
+inline std::optional<GroupCombine> combine_named(std::string_view text) {
+  if (text == "sum") return GroupCombine::sum;
+  if (text == "max") return GroupCombine::max;
+  return std::nullopt;
+}
+inline std::optional<ScoreRule> rule_named(std::string_view text) {
+  if (find_rule_or_null(text) == nullptr) return std::nullopt;
+  return ScoreRule::named(text);
+}
+/// A first stage: a registered rule that reads only summaries.
+inline std::optional<ScoreRule> summary_rule_named(std::string_view text) {
+  const RuleInfo* rule = find_rule_or_null(text);
+  if (rule == nullptr || rule->reads_keys) return std::nullopt;
+  return ScoreRule::named(text);
+}
+constexpr bool valid_scope(SelectionScope s) {
+  return s == SelectionScope::per_head || s == SelectionScope::per_group;
+}
+constexpr bool valid_combine(GroupCombine g) {
+  return g == GroupCombine::sum || g == GroupCombine::max;
+}
+inline bool registered(ScoreRule rule) { return find_rule_or_null(rule.name()) != nullptr; }
+inline bool reads_only_summaries(ScoreRule rule) {
+  const RuleInfo* info = find_rule_or_null(rule.name());
+  return info != nullptr && !info->reads_keys;
+}
+
 }  // namespace detail
 
 /// Every selection setting, in the order tools print them.
 inline std::span<const SparseSetting> sparse_settings() {
-  using detail::bad_setting;
-  using detail::parse_setting_number;
-  using detail::setting_number_text;
+  using namespace detail;
+  using C = SparseConfig;
+  // Requirements listing the registered rules are built once, when the table is.
+  static const std::string rules = "one of " + rule_choices();
+  static const std::string first_stages =
+      "a rule that reads only summaries: " + summary_rule_choices();
   static const SparseSetting settings[] = {
-      {"block_size", "positions per block", SettingKind::integer, false,
-       [](const SparseConfig& c) { return setting_number_text(c.block_size); },
-       [](SparseConfig& c, std::string_view t) {
-         c.block_size = parse_setting_number<std::int64_t>("block_size", t, "an integer > 0");
-         if (c.block_size <= 0) bad_setting("block_size", "an integer > 0", t);
-       }},
-      {"top_k", "blocks selected beyond sinks and window", SettingKind::integer, false,
-       [](const SparseConfig& c) { return setting_number_text(c.top_k); },
-       [](SparseConfig& c, std::string_view t) {
-         c.top_k = parse_setting_number<std::int64_t>("top_k", t, "an integer >= 0");
-         if (c.top_k < 0) bad_setting("top_k", "an integer >= 0", t);
-       }},
-      {"sinks", "first positions always kept", SettingKind::integer, false,
-       [](const SparseConfig& c) { return setting_number_text(c.sinks); },
-       [](SparseConfig& c, std::string_view t) {
-         c.sinks = parse_setting_number<std::int64_t>("sinks", t, "an integer >= 0");
-         if (c.sinks < 0) bad_setting("sinks", "an integer >= 0", t);
-       }},
-      {"window", "last positions always kept", SettingKind::integer, false,
-       [](const SparseConfig& c) { return setting_number_text(c.window); },
-       [](SparseConfig& c, std::string_view t) {
-         c.window = parse_setting_number<std::int64_t>("window", t, "an integer >= 0");
-         if (c.window < 0) bad_setting("window", "an integer >= 0", t);
-       }},
-      {"scope", "selection per query head or per GQA group: head|group", SettingKind::name, false,
-       [](const SparseConfig& c) { return std::string(to_string(c.scope)); },
-       [](SparseConfig& c, std::string_view t) {
-         if (t != "head" && t != "group") bad_setting("scope", "'head' or 'group'", t);
-         c.scope = parse_scope(t);
-       }},
-      {"score", "block scoring rule (see docs/selectors.md)", SettingKind::name, false,
-       [](const SparseConfig& c) { return std::string(c.score.name()); },
-       [](SparseConfig& c, std::string_view t) {
-         if (find_rule_or_null(t) == nullptr) {
-           bad_setting("score", "one of " + detail::rule_choices(), t);
-         }
-         c.score = ScoreRule::named(t);
-       }},
-      {"combine", "per-group scope: combine the heads' softmax-normalised block scores: sum|max",
-       SettingKind::name, false,
-       [](const SparseConfig& c) { return std::string(to_string(c.combine)); },
-       [](SparseConfig& c, std::string_view t) {
-         if (t != "sum" && t != "max") bad_setting("combine", "'sum' or 'max'", t);
-         c.combine = parse_combine(t);
-       }},
-      {"scale", "attention scale c (unset: 1/sqrt(head_dim))", SettingKind::real, true,
-       [](const SparseConfig& c) { return c.scale ? setting_number_text(*c.scale) : ""; },
-       [](SparseConfig& c, std::string_view t) {
-         if (t.empty()) return c.scale.reset();
-         const auto x = parse_setting_number<float>("scale", t, "a positive finite number");
-         if (!(x > 0.0f) || !(x < 1e30f)) bad_setting("scale", "a positive finite number", t);
-         c.scale = x;
-       }},
-      {"target_eps",
-       "adaptive: add blocks until the certified omitted-mass bound is <= this, in [0, 1]",
-       SettingKind::real, true,
-       [](const SparseConfig& c) { return c.target_eps ? setting_number_text(*c.target_eps) : ""; },
-       [](SparseConfig& c, std::string_view t) {
-         if (t.empty()) return c.target_eps.reset();
-         const auto x = parse_setting_number<double>("target_eps", t, "a number in [0, 1]");
-         if (!(x >= 0.0 && x <= 1.0)) bad_setting("target_eps", "a number in [0, 1]", t);
-         c.target_eps = x;
-       }},
-      {"max_k", "adaptive: add at most this many blocks (unset: all)", SettingKind::integer, true,
-       [](const SparseConfig& c) { return c.max_k ? setting_number_text(*c.max_k) : ""; },
-       [](SparseConfig& c, std::string_view t) {
-         if (t.empty()) return c.max_k.reset();
-         const auto k = parse_setting_number<std::int64_t>("max_k", t, "an integer >= 0");
-         if (k < 0) bad_setting("max_k", "an integer >= 0", t);
-         c.max_k = k;
-       }},
-      {"top_p",
-       "top-p budget: the fewest best blocks whose estimated mass share reaches this, in (0, 1], "
-       "at most top_k",
-       SettingKind::real, true,
-       [](const SparseConfig& c) { return c.top_p ? setting_number_text(*c.top_p) : ""; },
-       [](SparseConfig& c, std::string_view t) {
-         if (t.empty()) return c.top_p.reset();
-         const auto x = parse_setting_number<double>("top_p", t, "a number in (0, 1]");
-         if (!(x > 0.0 && x <= 1.0)) bad_setting("top_p", "a number in (0, 1]", t);
-         c.top_p = x;
-       }},
-      {"shortlist",
-       "score twostage: blocks shortlisted by shortlist_score per block kept (unset: 4)",
-       SettingKind::integer, true,
-       [](const SparseConfig& c) { return c.shortlist ? setting_number_text(*c.shortlist) : ""; },
-       [](SparseConfig& c, std::string_view t) {
-         if (t.empty()) return c.shortlist.reset();
-         const auto n = parse_setting_number<std::int64_t>("shortlist", t, "an integer >= 1");
-         if (n < 1) bad_setting("shortlist", "an integer >= 1", t);
-         c.shortlist = n;
-       }},
-      {"shortlist_score",
-       "score twostage: the first stage's rule, one that reads only summaries (unset: mean)",
-       SettingKind::name, true,
-       [](const SparseConfig& c) {
-         return c.shortlist_score ? std::string(c.shortlist_score->name()) : std::string();
-       },
-       [](SparseConfig& c, std::string_view t) {
-         if (t.empty()) return c.shortlist_score.reset();
-         const RuleInfo* rule = find_rule_or_null(t);
-         if (rule == nullptr || rule->reads_keys) {
-           bad_setting("shortlist_score",
-                       "a rule that reads only summaries: " + detail::summary_rule_choices(), t);
-         }
-         c.shortlist_score = ScoreRule::named(t);
-       }},
-      {"sub_blocks", "score submean: sub-block means per block, dividing block_size (unset: 4)",
-       SettingKind::integer, true,
-       [](const SparseConfig& c) { return c.sub_blocks ? setting_number_text(*c.sub_blocks) : ""; },
-       [](SparseConfig& c, std::string_view t) {
-         if (t.empty()) return c.sub_blocks.reset();
-         const auto n = parse_setting_number<std::int64_t>("sub_blocks", t, "an integer >= 1");
-         if (n < 1) bad_setting("sub_blocks", "an integer >= 1", t);
-         c.sub_blocks = n;
-       }},
+      number_row<&C::block_size, kPositive>("block_size", "positions per block", "an integer > 0"),
+      number_row<&C::top_k, kNonNegative>("top_k", "blocks selected beyond sinks and window",
+                                          "an integer >= 0"),
+      number_row<&C::sinks, kNonNegative>("sinks", "first positions always kept",
+                                          "an integer >= 0"),
+      number_row<&C::window, kNonNegative>("window", "last positions always kept",
+                                           "an integer >= 0"),
+      name_row<&C::scope, scope_named, valid_scope>(
+          "scope", "selection per query head or per GQA group: head|group", "'head' or 'group'"),
+      name_row<&C::score, rule_named, registered>(
+          "score", "block scoring rule (see docs/selectors.md)", rules),
+      name_row<&C::combine, combine_named, valid_combine>(
+          "combine", "per-group scope: combine the heads' softmax-normalised block scores: sum|max",
+          "'sum' or 'max'"),
+      number_row<&C::scale, kScale>("scale", "attention scale c (unset: 1/sqrt(head_dim))",
+                                    "a positive finite number"),
+      number_row<&C::target_eps, kUnitClosed>(
+          "target_eps",
+          "adaptive: add blocks until the certified omitted-mass bound is <= this, in [0, 1]",
+          "a number in [0, 1]"),
+      number_row<&C::max_k, kNonNegative>(
+          "max_k", "adaptive: add at most this many blocks (unset: all)", "an integer >= 0"),
+      number_row<&C::top_p, kUnitOpenBelow>(
+          "top_p",
+          "top-p budget: the fewest best blocks whose estimated mass share reaches this, in "
+          "(0, 1], at most top_k",
+          "a number in (0, 1]"),
+      number_row<&C::shortlist, kAtLeastOne>(
+          "shortlist",
+          "score twostage: blocks shortlisted by shortlist_score per block kept (unset: 4)",
+          "an integer >= 1"),
+      name_row<&C::shortlist_score, summary_rule_named, reads_only_summaries>(
+          "shortlist_score",
+          "score twostage: the first stage's rule, one that reads only summaries (unset: mean)",
+          first_stages),
+      number_row<&C::sub_blocks, kAtLeastOne>(
+          "sub_blocks", "score submean: sub-block means per block, dividing block_size (unset: 4)",
+          "an integer >= 1"),
   };
   return settings;
 }
@@ -398,6 +454,19 @@ inline const SparseSetting& sparse_setting(std::string_view name) {
     names += s.name;
   }
   detail::throw_error("amc::SparseConfig", "no setting '", name, "' (settings: ", names, ")");
+}
+
+inline void SparseConfig::validate() const {
+  for (const SparseSetting& setting : sparse_settings()) setting.check(*this);
+  constexpr const char* where = "amc::SparseConfig::validate";
+  AMC_CHECK(!max_k || target_eps, where, "max_k needs target_eps (it caps adaptive selection)");
+  AMC_CHECK(!top_p || !target_eps, where, "top_p and target_eps are two adaptive budgets (top_p ",
+            top_p ? *top_p : 0.0, ", target_eps ", target_eps ? *target_eps : 0.0, "); set one");
+  const RuleInfo& rule = score.info();
+  const std::int64_t rule_sub_blocks = rule.summaries ? rule.summaries(*this).sub_blocks : 0;
+  AMC_CHECK(rule_sub_blocks == 0 || block_size % rule_sub_blocks == 0, where, "score ",
+            score.name(), " keeps ", rule_sub_blocks, " sub-blocks per block (sub_blocks), ",
+            "which must divide block_size ", block_size);
 }
 
 /// "block_size=16 top_k=8 sinks=1 window=64 scope=head score=mean combine=sum": every set
