@@ -305,11 +305,8 @@ int main(int argc, char** argv) {
                           amc::AttentionArithmetic arithmetic =
                               amc::AttentionArithmetic::exact_f32) {
     SessionOptions o = dense_options;
-    o.dense_arithmetic = arithmetic;
-    if (sparse) {
-      o.attention = AttentionMode::sparse;
-      o.sparse = perf_config(scope);
-    }
+    o.attention = amc::transformer::DenseAttention{arithmetic};
+    if (sparse) o.attention = perf_config(scope);
     auto session = std::make_unique<Session>(checkpoint, o);
     session->reserve(n + static_cast<std::int64_t>(rounds + 1) * steps + 2);
     session->fill_random_cache(n, 99);

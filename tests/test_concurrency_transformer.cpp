@@ -46,13 +46,15 @@ TEST_CASE("Qwen2 sessions generate in several threads at once, each with its own
   for (std::int32_t i = 0; i < 40; ++i) prompt.push_back((i * 37 + 11) % 300);
 
   std::vector<SessionOptions> variants(3);
-  variants[1].attention = AttentionMode::sparse;
-  variants[1].sparse.block_size = 8;
-  variants[1].sparse.top_k = 2;
-  variants[1].sparse.window = 8;
+  amc::SparseConfig sparse;
+  sparse.block_size = 8;
+  sparse.top_k = 2;
+  sparse.window = 8;
+  variants[1].attention = sparse;
+  sparse.scope = amc::SelectionScope::per_group;
   variants[2] = variants[1];
+  variants[2].attention = sparse;
   variants[2].retained_mass = true;  // dense and sparse passes share the parallel sections
-  variants[2].sparse.scope = amc::SelectionScope::per_group;
   variants[2].kv_dtype = amc::StorageType::f32;
 
   std::vector<Run> expected;

@@ -113,9 +113,10 @@ TEST_CASE("SmolLM2: sparse decoding whose support covers every position is dense
   SessionOptions dense;
   dense.threads = 2;
   SessionOptions covering = dense;
-  covering.attention = AttentionMode::sparse;
-  covering.sparse.block_size = 32;
-  covering.sparse.top_k = static_cast<std::int64_t>(prompt.size() + 64) / 32 + 1;
+  amc::SparseConfig every_position;
+  every_position.block_size = 32;
+  every_position.top_k = static_cast<std::int64_t>(prompt.size() + 64) / 32 + 1;
+  covering.attention = every_position;
   const auto dense_ids = greedy(checkpoint(), prompt, 12, dense);
   CHECK(greedy(checkpoint(), prompt, 12, covering) == dense_ids);
 }

@@ -66,8 +66,7 @@ Run greedy(const Checkpoint& c, const SessionOptions& o, const std::vector<std::
 
 SessionOptions sparse_options(amc::SparseConfig config, int threads = 1) {
   SessionOptions o;
-  o.attention = AttentionMode::sparse;
-  o.sparse = config;
+  o.attention = config;
   o.threads = threads;
   return o;
 }
@@ -564,8 +563,7 @@ TEST_CASE("the layer observer sees every layer's queries, outputs and supports",
   CHECK(masses == stats.retained_mass);
 }
 
-TEST_CASE("dense_arithmetic reaches the dense operators; the retained-mass pass stays exact",
-          "[qwen2]") {
+TEST_CASE("DenseAttention's arithmetic reaches the dense operators", "[qwen2]") {
   TempDir dir("bf16_products");
   write_synthetic_checkpoint(dir.path(), amc::transformer::test::wide_spec(amc::StorageType::bf16));
   const Checkpoint checkpoint = Checkpoint::load(dir.path());
@@ -577,7 +575,7 @@ TEST_CASE("dense_arithmetic reaches the dense operators; the retained-mass pass 
   // Every layer's attention output is what DenseDecode in that arithmetic gives over the
   // session's cache, bit for bit.
   SessionOptions o;
-  o.dense_arithmetic = kFast;
+  o.attention = amc::transformer::DenseAttention{kFast};
   const Session* session = nullptr;
   std::int64_t groups_checked = 0;
   o.on_layer = [&](const LayerAttention& a) {
@@ -605,7 +603,7 @@ TEST_CASE("dense_arithmetic reaches the dense operators; the retained-mass pass 
 
   const Run exact_run = greedy(checkpoint, SessionOptions{}, prompt, 4);
   SessionOptions fast_options;
-  fast_options.dense_arithmetic = kFast;
+  fast_options.attention = amc::transformer::DenseAttention{kFast};
   const Run fast_run = greedy(checkpoint, fast_options, prompt, 4);
   if (amc::bf16_products_available(amc::StorageType::bf16, head_dim)) {
     CHECK(fast_run.logits != exact_run.logits);  // the mode ran (prefill logits are the same)
@@ -613,19 +611,8 @@ TEST_CASE("dense_arithmetic reaches the dense operators; the retained-mass pass 
     WARN("no AVX512_BF16 here: bf16_products runs exact_f32");
     CHECK(fast_run.logits == exact_run.logits);
   }
-
-  // Sparse decode with retained mass: the dense pass stays exact_f32 whatever dense_arithmetic.
-  amc::SparseConfig config;
-  config.block_size = 4;
-  config.top_k = 2;
-  config.window = 8;
-  SessionOptions with_mass = sparse_options(config);
-  with_mass.retained_mass = true;
-  const Run exact_mass = greedy(checkpoint, with_mass, prompt, 4);
-  with_mass.dense_arithmetic = kFast;
-  const Run fast_mass = greedy(checkpoint, with_mass, prompt, 4);
-  CHECK(fast_mass.min_mass == exact_mass.min_mass);
-  CHECK(fast_mass.logits == exact_mass.logits);
+  // (Sparse attention carries no dense arithmetic: its retained-mass pass is exact_f32 by
+  // construction, which the retained-mass tests check against a double-precision reference.)
 }
 
 namespace {
@@ -713,7 +700,7 @@ TEST_CASE("set_decode switches decode attention without a new prefill", "[qwen2]
   auto switched = [&](const SessionOptions& start, const SessionOptions& target) {
     Session s(checkpoint, start);
     s.prefill(prompt, logits);
-    s.set_decode(target.attention, target.sparse, target.retained_mass);
+    s.set_decode(target.attention, target.retained_mass);
     CHECK(s.options().attention == target.attention);
     CHECK(s.options().retained_mass == target.retained_mass);
     std::vector<float> steps = decode_all(s, tokens);
@@ -737,10 +724,10 @@ TEST_CASE("set_decode switches decode attention without a new prefill", "[qwen2]
   REQUIRE_THROWS_WITH(s.truncate(-1), AMC_CONTAINS("got -1"));
   amc::SparseConfig bad = mean;
   bad.block_size = 0;
-  REQUIRE_THROWS_WITH(s.set_decode(AttentionMode::sparse, bad, false),
+  REQUIRE_THROWS_WITH(s.set_decode(bad, false),
                       AMC_CONTAINS("block_size must be an integer > 0, got 0"));
   // A refused switch changes nothing.
-  CHECK(s.options().sparse.block_size == 8);
+  CHECK(amc::transformer::sparse_config(s.options().attention)->block_size == 8);
   CHECK(s.options().retained_mass);
   CHECK(s.positions() == 75);
   s.truncate(0);
@@ -791,13 +778,14 @@ TEST_CASE("summaries_for keeps block summaries on a dense session", "[qwen2]") {
   // It decodes as a plain dense session, keeping its summaries current: switched to sparse it
   // selects as the plain session does after set_decode rebuilt the summaries from its cache.
   CHECK(decode_all(with, tokens) == decode_all(plain, tokens));
-  with.set_decode(AttentionMode::sparse, bound, false);
-  plain.set_decode(AttentionMode::sparse, bound, false);
+  with.set_decode(bound, false);
+  plain.set_decode(bound, false);
   CHECK(decode_all(with, more) == decode_all(plain, more));
 
   // One block size per cache: sparse attention at another one is refused, naming both.
-  SessionOptions clash = sparse_options(bound);
-  clash.sparse.block_size = 4;
+  amc::SparseConfig bound_4 = bound;
+  bound_4.block_size = 4;
+  SessionOptions clash = sparse_options(bound_4);
   clash.summaries_for = bound;
   REQUIRE_THROWS_WITH(Session(checkpoint, clash),
                       AMC_CONTAINS("summaries_for.block_size 8 differs from sparse.block_size 4"));

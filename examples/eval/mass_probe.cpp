@@ -193,8 +193,7 @@ int run_mass(const MassArguments& a) {
   MassProbe probe(config, setup.sparse, setup.supports);
   transformer::SessionOptions o = setup.session;  // threads, KV dtype, RoPE angles
   o.summaries_for = setup.sparse;  // the cache keeps block summaries from the prefill on
-  o.sparse = setup.sparse;
-  bool observing = false;  // decode steps only: the prefill's logits are the dense model's
+  bool observing = false;          // decode steps only: the prefill's logits are the dense model's
   transformer::Session* session_ptr = nullptr;
   o.on_layer = [&](const transformer::LayerAttention& la) {
     if (observing) probe.observe(la, session_ptr->cache());

@@ -34,7 +34,6 @@ struct PairedRunner::State {
   transformer::SessionOptions session_options(const PairedRunOptions& o) {
     transformer::SessionOptions s;
     s.summaries_for = o.sparse;
-    s.sparse = o.sparse;
     s.threads = o.threads;
     s.kv_dtype = o.kv_dtype;
     s.rope_angles = o.rope_angles;
@@ -57,7 +56,7 @@ DenseReference PairedRunner::reference(std::span<const std::int32_t> prefix, std
   State& s = *state_;
   transformer::Session& session = s.session;
   session.reset();
-  session.set_decode(transformer::AttentionMode::dense, s.options.sparse, false);
+  session.set_decode(transformer::DenseAttention{}, false);
   s.prefix_length = static_cast<std::int64_t>(prefix.size());
   session.reserve(s.prefix_length + tokens);
   DenseReference r;
@@ -85,15 +84,16 @@ SupportRun PairedRunner::run(std::int64_t k, const DenseReference& reference,
   const auto T = static_cast<std::int64_t>(reference.tokens.size());
   SparseConfig config = s.options.sparse;
   config.top_k = k;
-  const auto mode = s.options.dense_control ? transformer::AttentionMode::dense
-                                            : transformer::AttentionMode::sparse;
+  const transformer::Attention attention =
+      s.options.dense_control ? transformer::Attention(transformer::DenseAttention{})
+                              : transformer::Attention(config);
   const char* stage = s.options.dense_control ? "dense control" : "sparse";
 
   SupportRun run;
   // Teacher forcing: the reference's tokens through the sparse model, with retained mass (a
   // dense pass beside every sparse one) for the per-layer statistics.
   session.truncate(s.prefix_length);
-  session.set_decode(mode, config, !s.options.dense_control);
+  session.set_decode(attention, !s.options.dense_control);
   if (!s.options.dense_control) {
     s.probe = std::make_unique<LayerProbe>(session.config(), config);
   }
@@ -131,7 +131,7 @@ SupportRun PairedRunner::run(std::int64_t k, const DenseReference& reference,
     // Back to the state after feeding d_0 .. d_{f-1}; from here the sparse run feeds its own
     // tokens. No dense pass is needed any more.
     session.truncate(s.prefix_length + f);
-    session.set_decode(mode, config, false);
+    session.set_decode(attention, false);
     for (std::int64_t t = f + 1; t < T; ++t) {
       session.decode(run.tokens.back(), s.logits);
       run.tokens.push_back(static_cast<std::int32_t>(greedy_token(s.logits, stage, t).top));

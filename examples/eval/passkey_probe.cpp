@@ -206,7 +206,6 @@ PasskeySetup prepare_passkey(const PasskeyOptions& options) {
 
 struct PasskeyRunner::State {
   const transformer::Tokenizer& tokenizer;
-  SparseConfig base;
   transformer::Session session;
   std::vector<float> logits;
   std::int64_t layers = 0;
@@ -225,7 +224,6 @@ struct PasskeyRunner::State {
         const SparseConfig& b, StorageType kv_dtype, transformer::RopeAngles rope_angles,
         int threads)
       : tokenizer(t),
-        base(b),
         session(checkpoint, options(b, kv_dtype, rope_angles, threads)),
         logits(static_cast<std::size_t>(checkpoint.config().vocab_size)),
         layers(checkpoint.config().num_hidden_layers) {}
@@ -236,7 +234,6 @@ struct PasskeyRunner::State {
                                       transformer::RopeAngles rope_angles, int threads) {
     transformer::SessionOptions o;
     o.summaries_for = b;
-    o.sparse = b;
     o.threads = threads;
     o.kv_dtype = kv_dtype;
     o.rope_angles = rope_angles;
@@ -285,7 +282,7 @@ void PasskeyRunner::prefill(const PasskeyPrompt& prompt) {
             prompt.ids.size(), " tokens; it needs at least 2");
   State& s = *state_;
   s.session.reset();
-  s.session.set_decode(transformer::AttentionMode::dense, s.base, false);
+  s.session.set_decode(transformer::DenseAttention{}, false);
   s.session.reserve(static_cast<std::int64_t>(prompt.ids.size()) + PasskeyOptions::kMaxDigits);
   s.prefix = static_cast<std::int64_t>(prompt.ids.size()) - 1;
   s.session.prefill(std::span(prompt.ids).first(static_cast<std::size_t>(s.prefix)), s.logits);
@@ -301,7 +298,7 @@ PasskeyAnswer PasskeyRunner::answer(const std::string& digits,
   AMC_CHECK(s.prefix > 0, "amc::eval::PasskeyRunner::answer", "no prompt: call prefill() first");
   s.session.truncate(s.prefix);
   if (sparse) {
-    s.session.set_decode(transformer::AttentionMode::sparse, *sparse, true);
+    s.session.set_decode(*sparse, true);
     s.scope = sparse->scope;
     s.mass_sum = 0.0;
     s.mass_count = 0;
@@ -309,7 +306,7 @@ PasskeyAnswer PasskeyRunner::answer(const std::string& digits,
     s.selections.assign(static_cast<std::size_t>(s.layers), 0);
     s.observing = true;
   } else {
-    s.session.set_decode(transformer::AttentionMode::dense, s.base, false);
+    s.session.set_decode(transformer::DenseAttention{}, false);
   }
   const char* stage = sparse ? "sparse answer" : "dense answer";
   PasskeyAnswer a;

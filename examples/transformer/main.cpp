@@ -150,9 +150,7 @@ amc::transformer::SessionOptions session_options(const Arguments& a,
                                                  const amc::transformer::Checkpoint& checkpoint,
                                                  bool sparse) {
   amc::transformer::SessionOptions o;
-  o.attention =
-      sparse ? amc::transformer::AttentionMode::sparse : amc::transformer::AttentionMode::dense;
-  o.sparse = a.sparse;
+  if (sparse) o.attention = a.sparse;
   o.retained_mass = a.retained_mass;
   return a.session.session_options(checkpoint, o);
 }
@@ -340,7 +338,7 @@ int run_demo(const Arguments& a, const amc::transformer::Checkpoint& checkpoint,
     amc::transformer::Session session(checkpoint, options);
     if (sparse == 1) {
       std::printf("\nsparse decoding: %s; dense prefill\n",
-                  describe(session.options().sparse).c_str());
+                  describe(*sparse_config(session.options().attention)).c_str());
     } else {
       std::printf("%s\n\ndense decoding:\n", describe_resolved(a, session).c_str());
     }

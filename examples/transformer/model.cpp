@@ -171,21 +171,21 @@ struct Session::Impl {
   void make_operators() {
     sparse.clear();
     dense.clear();
-    if (options.attention == AttentionMode::sparse) {
-      sparse.assign(static_cast<std::size_t>(kv_heads), BlockSparseDecode<>(options.sparse));
+    if (const SparseConfig* config = sparse_config(options.attention)) {
+      sparse.assign(static_cast<std::size_t>(kv_heads), BlockSparseDecode<>(*config));
     }
-    if (options.attention == AttentionMode::dense || options.retained_mass) {
-      const AttentionArithmetic arithmetic = options.attention == AttentionMode::dense
-                                                 ? options.dense_arithmetic
-                                                 : AttentionArithmetic::exact_f32;
+    const auto* dense_attention = std::get_if<DenseAttention>(&options.attention);
+    if (dense_attention != nullptr || options.retained_mass) {
+      // The retained-mass pass beside sparse attention is always exact.
+      const AttentionArithmetic arithmetic =
+          dense_attention ? dense_attention->arithmetic : AttentionArithmetic::exact_f32;
       dense.assign(static_cast<std::size_t>(kv_heads), DenseDecode({}, arithmetic));
     }
   }
 
-  void set_decode(AttentionMode attention, const SparseConfig& config, bool retained_mass) {
+  void set_decode(const Attention& attention, bool retained_mass) {
     SessionOptions next = options;
     next.attention = attention;
-    next.sparse = config;
     next.retained_mass = retained_mass;
     const KvCacheOptions wanted = cache_options(next);  // validates before anything changes
     const KvCacheOptions& held = cache.options();
@@ -219,7 +219,7 @@ struct Session::Impl {
       c.summaries.value_norms = c.summaries.value_norms || wanted.value_norms;
       c.summaries.sub_blocks = std::max(c.summaries.sub_blocks, wanted.sub_blocks);
     };
-    if (o.attention == AttentionMode::sparse) keep(o.sparse, "sparse");
+    if (const SparseConfig* config = sparse_config(o.attention)) keep(*config, "sparse");
     if (o.summaries_for) keep(*o.summaries_for, "summaries_for");
     return c;
   }
@@ -328,17 +328,17 @@ struct Session::Impl {
   /// and with retained mass the dense one as well, all groups (and both) in parallel.
   template <KvStorage S>
   void attend_decode(std::int64_t layer, std::int64_t positions) {
-    const bool is_sparse = options.attention == AttentionMode::sparse;
-    const bool both = is_sparse && options.retained_mass;
+    const bool sparse_step = is_sparse(options.attention);
+    const bool both = sparse_step && options.retained_mass;
     pool.parallel_for(kv_heads * (both ? 2 : 1), [&](std::int64_t i) {
       const std::int64_t g = i % kv_heads;
-      const bool run_dense = !is_sparse || i >= kv_heads;
+      const bool run_dense = !sparse_step || i >= kv_heads;
       const KvHead<KvView<S>> head{cache.view<S>(layer, g, positions), cache.summaries(layer, g)};
       const std::int64_t offset = g * group * head_dim;
       const auto queries = map_rows(q.data() + offset, group, head_dim, head_dim);
-      float* out = (run_dense && is_sparse ? dense_attn : attn).data() + offset;
+      float* out = (run_dense && sparse_step ? dense_attn : attn).data() + offset;
       const std::span<HeadResult> head_results =
-          std::span(run_dense && is_sparse ? dense_results : results)
+          std::span(run_dense && sparse_step ? dense_results : results)
               .subspan(static_cast<std::size_t>(g * group), static_cast<std::size_t>(group));
       if (run_dense) {
         dense[static_cast<std::size_t>(g)].decode(
@@ -352,8 +352,8 @@ struct Session::Impl {
       for (std::int64_t hd = 0; hd < heads; ++hd) {
         const auto i = static_cast<std::size_t>(hd);
         // exp(L_S - L_all); exactly 1 when the step is dense.
-        stats.retained_mass.push_back(is_sparse ? std::exp(results[i].lse - dense_results[i].lse)
-                                                : 1.0f);
+        stats.retained_mass.push_back(sparse_step ? std::exp(results[i].lse - dense_results[i].lse)
+                                                  : 1.0f);
       }
     }
     for (const HeadResult& r : results) stats.positions_read += r.positions_read;
@@ -584,8 +584,8 @@ void Session::truncate(std::int64_t positions) {
   impl_->cache.truncate(positions);
 }
 
-void Session::set_decode(AttentionMode attention, const SparseConfig& sparse, bool retained_mass) {
-  impl_->set_decode(attention, sparse, retained_mass);
+void Session::set_decode(const Attention& attention, bool retained_mass) {
+  impl_->set_decode(attention, retained_mass);
 }
 
 void Session::fill_random_cache(std::int64_t positions, std::uint64_t seed) {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <variant>
 #include <vector>
 
 #include "checkpoint.hpp"
@@ -26,7 +27,25 @@
 
 namespace amc::transformer {
 
-enum class AttentionMode : std::uint8_t { dense, sparse };
+/// Dense decode attention, with the arithmetic of its products: exact_f32, or the opt-in
+/// bf16_products (amc/attention/arithmetic.hpp: AVX512_BF16 on a bf16 cache, else exact_f32).
+struct DenseAttention {
+  AttentionArithmetic arithmetic = AttentionArithmetic::exact_f32;
+  friend bool operator==(const DenseAttention&, const DenseAttention&) = default;
+};
+
+/// Decode attention, chosen as one value: dense, or block-sparse with its selection settings
+/// (block size, k, sinks, window, scope, rule; selection is fresh at every decode step, layer
+/// and head). Prefill is always dense. `options.attention = config;` makes a session sparse.
+using Attention = std::variant<DenseAttention, SparseConfig>;
+
+/// The block-sparse settings of `attention`, or nullptr when it is dense.
+inline const SparseConfig* sparse_config(const Attention& attention) {
+  return std::get_if<SparseConfig>(&attention);
+}
+inline bool is_sparse(const Attention& attention) {
+  return std::holds_alternative<SparseConfig>(attention);
+}
 
 /// What the attention of one layer did in a decode step, for evaluation tools (retained mass,
 /// error norms, selector recall). Pointers are valid during the callback only.
@@ -47,12 +66,8 @@ struct LayerAttention {
 };
 
 struct SessionOptions {
-  /// Decode attention; prefill is always dense.
-  AttentionMode attention = AttentionMode::dense;
-  /// The block-sparse configuration (attention == sparse): block size, k, sinks, window, scope
-  /// (per head or per group) and score rule (mean, bound, oracle, twostage, submean). Selection is
-  /// fresh at every decode step, layer and head.
-  SparseConfig sparse;
+  /// Decode attention, dense unless set; prefill is always dense.
+  Attention attention;
   /// Threads for everything, the caller included (capped at the hardware's). Results are
   /// identical for every count.
   int threads = 1;
@@ -62,12 +77,9 @@ struct SessionOptions {
   /// on the attention mode. Sparse attention's own summaries are kept beside them (the same
   /// block size; throws amc::error otherwise).
   std::optional<SparseConfig> summaries_for;
-  /// Sparse decode also runs dense attention, to report the retained mass exp(L_S - L_all).
+  /// Sparse decode also runs dense attention (exact_f32, whatever DenseAttention says), to
+  /// report the retained mass exp(L_S - L_all).
   bool retained_mass = false;
-  /// Arithmetic of dense decode attention (attention == dense): exact_f32, or the opt-in
-  /// bf16_products (amc/attention/arithmetic.hpp: AVX512_BF16 on a bf16 cache, else exact_f32).
-  /// The dense pass of retained mass is always exact_f32.
-  AttentionArithmetic dense_arithmetic = AttentionArithmetic::exact_f32;
   /// KV cache storage, bf16 or f32; nullopt ("auto") is the checkpoint's: auto_kv_dtype().
   /// Session::options() holds the resolved value.
   std::optional<StorageType> kv_dtype;
@@ -149,12 +161,12 @@ class Session {
   /// follows is bitwise what a fresh session holding only those positions would compute.
   /// Throws amc::error unless 0 <= positions <= positions().
   void truncate(std::int64_t positions);
-  /// Switches decode attention without a new prefill (the options' attention, sparse and
-  /// retained_mass fields), validated as the constructor validates them. Block summaries are
+  /// Switches decode attention without a new prefill (the options' attention and
+  /// retained_mass), validated as the constructor validates them. Block summaries are
   /// rebuilt from the cache when the new configuration needs a block size or channel bounds
   /// the cache does not keep; otherwise the existing ones stay (dense decode keeps them
   /// current, so switching back costs nothing). Throws amc::error on an invalid sparse config.
-  void set_decode(AttentionMode attention, const SparseConfig& sparse, bool retained_mass);
+  void set_decode(const Attention& attention, bool retained_mass);
   /// Replaces the cache with `positions` random keys and values (benchmarks of long contexts).
   void fill_random_cache(std::int64_t positions, std::uint64_t seed);
 

@@ -200,8 +200,7 @@ TEST_CASE("the layer probe's mass, error norm and recall match a double recomput
                             std::vector<double>(static_cast<std::size_t>(cells), 0.0),
                             std::vector<double>(static_cast<std::size_t>(cells), 0.0)};
       amc::transformer::SessionOptions o;
-      o.attention = amc::transformer::AttentionMode::sparse;
-      o.sparse = config;
+      o.attention = config;
       o.retained_mass = true;
       o.kv_dtype = amc::StorageType::f32;
       amc::transformer::Session* session = nullptr;
@@ -264,8 +263,7 @@ TEST_CASE("the paired runner equals fresh sessions decoding without truncation",
     amc::SparseConfig config = options.sparse;
     config.top_k = k;
     amc::transformer::SessionOptions o;
-    o.attention = amc::transformer::AttentionMode::sparse;
-    o.sparse = config;
+    o.attention = config;
     // Free-running sparse generation from a fresh prefill.
     amc::transformer::Session sparse(checkpoint, o);
     const amc::transformer::GenerationResult r = amc::transformer::generate(sparse, prefix, g);
