@@ -76,9 +76,10 @@ def dense_margin_lines(folder):
     lines = []
     for context in sorted({c for c, _ in per_prefix}):
         steps = [m for (c, _), ms in per_prefix.items() if c == context for m in ms]
-        near = sum(1 for m in steps if m < 0.1) / len(steps)
+        below = [100 * sum(1 for m in steps if m < x) / len(steps) for x in (0.1, 0.5)]
         lines.append(f"- context {context}: {len(steps)} dense steps, median margin "
-                     f"{statistics.median(steps):.2f}, {100 * near:.1f}% below 0.1")
+                     f"{statistics.median(steps):.2f}, {below[0]:.1f}% below 0.1 and "
+                     f"{below[1]:.1f}% below 0.5")
     return lines
 
 
@@ -89,6 +90,62 @@ def gap(mean, rule, oracle):
 def measures(row):
     """(largest perplexity change %, median omitted mass) of one summary row."""
     return float(row["max_ppl_change_pct"]), 1.0 - float(row["median_retained_mass"])
+
+
+def divergence_summary(folder, names, out):
+    """Per rule over all its runs: exact matches, first divergences and the dense margin there."""
+    out.append("Per rule over its 45 runs (3 contexts x 3 supports x 5 prefixes): exact matches, "
+               "the median first divergence, the dense model's logit margin at the first "
+               "divergence, and the lowest teacher-forced match:\n")
+    out.append("| rule | exact match | median first divergence | median dense margin there | "
+               "divergences at a margin below 0.5 | lowest TF match |")
+    out.append("|---|---:|---:|---:|---:|---:|")
+    for name in names:
+        plain = folder / name / "runs.jsonl"
+        path = plain if plain.is_file() else folder / name / "runs.jsonl.gz"
+        with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
+            runs = [json.loads(line) for line in f]
+        first = [r["first_divergence"] for r in runs if not r["exact_match"]]
+        margins = [r["dense_margin_at_divergence"] for r in runs
+                   if r["dense_margin_at_divergence"] is not None]
+        near = sum(1 for m in margins if m < 0.5)
+        out.append(f"| {RULES[name]} | {sum(r['exact_match'] for r in runs)}/{len(runs)} "
+                   f"| {statistics.median(first) if first else '-'} "
+                   f"| {statistics.median(margins):.3f} | {near}/{len(margins)} "
+                   f"| {min(r['tf_match_pct'] for r in runs):.1f}% |")
+    out.append("")
+
+
+def compact_tables(sweeps, out):
+    """Two tables with a column per rule: largest perplexity change / median omitted mass, and
+    G on each."""
+    mean, oracle = sweeps["mean"], sweeps["oracle"]
+    names = [n for n in RULES if n in sweeps]
+    header = "| context | support | " + " | ".join(RULES[n] for n in names) + " |"
+    rule = "|---:|---:|" + "---|" * len(names)
+    out.append("Largest perplexity change over the prefixes / median omitted mass:\n")
+    out += [header, rule]
+    for key in sorted(mean):
+        cells = []
+        for n in names:
+            ppl, omitted = measures(sweeps[n][key]) if key in sweeps[n] else (math.nan, math.nan)
+            cells.append(f"{ppl:+.1f}% / {omitted:.3f}")
+        out.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+    out.append("\nG on the largest perplexity change / on the median omitted mass:\n")
+    names = [n for n in names if n not in ("mean", "oracle")]
+    out += ["| context | support | " + " | ".join(RULES[n] for n in names) + " |",
+            "|---:|---:|" + "---|" * len(names)]
+    for key in sorted(mean):
+        m, o = measures(mean[key]), measures(oracle[key])
+        cells = []
+        for n in names:
+            if key not in sweeps[n]:
+                cells.append("-")
+                continue
+            r = measures(sweeps[n][key])
+            cells.append(f"{gap(m[0], r[0], o[0]):.2f} / {gap(m[1], r[1], o[1]):.2f}")
+        out.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+    out.append("")
 
 
 def sweep_tables(root, corpus, out):
@@ -125,6 +182,8 @@ def sweep_tables(root, corpus, out):
                 f"| {gap(m_ppl, ppl, o_ppl):.2f} | {gap(m_omitted, omitted, o_omitted):.2f} |")
             plot[(name, key[0])].append((key[1], ppl, omitted))
     out.append("")
+    compact_tables(sweeps, out)
+    divergence_summary(folder, list(sweeps), out)
     out.append("The dense model's own decisions (logit margin of its greedy token over the "
                "runner-up):\n")
     out.extend(dense_margin_lines(folder / "mean"))
