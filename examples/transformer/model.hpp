@@ -77,7 +77,7 @@ struct SessionOptions {
   /// on the attention mode. Sparse attention's own summaries are kept beside them (the same
   /// block size; throws amc::error otherwise).
   std::optional<SparseConfig> summaries_for;
-  /// Sparse decode also runs dense attention (exact_f32, whatever DenseAttention says), to
+  /// Sparse decode also runs dense attention (always in exact_f32), to
   /// report the retained mass exp(L_S - L_all).
   bool retained_mass = false;
   /// KV cache storage, bf16 or f32; nullopt ("auto") is the checkpoint's: auto_kv_dtype().
