@@ -20,6 +20,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "selectors"))
+from gap_closed import gap, load  # noqa: E402  (the G of docs/selectors.md's tables)
+
 # Sweep directory -> the rule's name in the tables, in table order.
 RULES = {
     "mean": "mean",
@@ -42,37 +45,28 @@ CORPORA = {"prose": "prose (What's New in Python 2.5-3.3)",
            "code": "code (Python standard-library modules)"}
 
 
-def load_summary(folder):
-    with open(folder / "summary.csv") as f:
-        return {(int(r["context"]), int(r["support"])): r for r in csv.DictReader(f)}
-
-
-def divergence_margins(folder):
-    """(context, support) -> the dense model's logit margin (top-1 minus top-2) at each diverged
-    run's first divergence, from runs.jsonl (or its .gz)."""
+def load_runs(folder):
+    """Every run record of a sweep, from its runs.jsonl (or the .gz run.sh leaves)."""
     plain = folder / "runs.jsonl"
     path = plain if plain.is_file() else folder / "runs.jsonl.gz"
-    margins = defaultdict(list)
-    if not path.is_file():
-        return margins
     with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
-        for line in f:
-            r = json.loads(line)
-            if r["dense_margin_at_divergence"] is not None:
-                margins[(r["context"], r["support"])].append(r["dense_margin_at_divergence"])
+        return [json.loads(line) for line in f]
+
+
+def divergence_margins(runs):
+    """(context, support) -> the dense model's logit margin (top-1 minus top-2) at each diverged
+    run's first divergence."""
+    margins = defaultdict(list)
+    for r in runs:
+        if r["dense_margin_at_divergence"] is not None:
+            margins[(r["context"], r["support"])].append(r["dense_margin_at_divergence"])
     return margins
 
 
-def dense_margin_lines(folder):
+def dense_margin_lines(runs):
     """Per context, how close the dense model's own greedy decisions are: the top-1 minus top-2
-    logit margin over every step of every prefix's dense continuation (from runs.jsonl)."""
-    plain = folder / "runs.jsonl"
-    path = plain if plain.is_file() else folder / "runs.jsonl.gz"
-    per_prefix = {}
-    with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
-        for line in f:
-            r = json.loads(line)
-            per_prefix[(r["context"], r["prefix"])] = r["dense_margins"]
+    logit margin over every step of every prefix's dense continuation."""
+    per_prefix = {(r["context"], r["prefix"]): r["dense_margins"] for r in runs}
     lines = []
     for context in sorted({c for c, _ in per_prefix}):
         steps = [m for (c, _), ms in per_prefix.items() if c == context for m in ms]
@@ -83,16 +77,12 @@ def dense_margin_lines(folder):
     return lines
 
 
-def gap(mean, rule, oracle):
-    return (mean - rule) / (mean - oracle) if mean != oracle else math.nan
-
-
 def measures(row):
     """(largest perplexity change %, median omitted mass) of one summary row."""
     return float(row["max_ppl_change_pct"]), 1.0 - float(row["median_retained_mass"])
 
 
-def divergence_summary(folder, names, out):
+def divergence_summary(runs_of, out):
     """Per rule over all its runs: exact matches, first divergences and the dense margin there."""
     out.append("Per rule over its 45 runs (3 contexts x 3 supports x 5 prefixes): exact matches, "
                "the median first divergence, the dense model's logit margin at the first "
@@ -100,11 +90,7 @@ def divergence_summary(folder, names, out):
     out.append("| rule | exact match | median first divergence | median dense margin there | "
                "divergences at a margin below 0.5 | lowest TF match |")
     out.append("|---|---:|---:|---:|---:|---:|")
-    for name in names:
-        plain = folder / name / "runs.jsonl"
-        path = plain if plain.is_file() else folder / name / "runs.jsonl.gz"
-        with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
-            runs = [json.loads(line) for line in f]
+    for name, runs in runs_of.items():
         first = [r["first_divergence"] for r in runs if not r["exact_match"]]
         margins = [r["dense_margin_at_divergence"] for r in runs
                    if r["dense_margin_at_divergence"] is not None]
@@ -150,9 +136,10 @@ def compact_tables(sweeps, out):
 
 def sweep_tables(root, corpus, out):
     folder = root / f"sweeps-{corpus}"
-    sweeps = {name: load_summary(folder / name) for name in RULES
+    sweeps = {name: load(folder / name) for name in RULES
               if (folder / name / "summary.csv").is_file()}
-    margins = {name: divergence_margins(folder / name) for name in sweeps}
+    runs_of = {name: load_runs(folder / name) for name in sweeps}
+    margins = {name: divergence_margins(runs) for name, runs in runs_of.items()}
     if "mean" not in sweeps or "oracle" not in sweeps:
         out.append(f"(no mean and oracle sweeps in {folder} yet)\n")
         return {}
@@ -183,10 +170,10 @@ def sweep_tables(root, corpus, out):
             plot[(name, key[0])].append((key[1], ppl, omitted))
     out.append("")
     compact_tables(sweeps, out)
-    divergence_summary(folder, list(sweeps), out)
+    divergence_summary(runs_of, out)
     out.append("The dense model's own decisions (logit margin of its greedy token over the "
                "runner-up):\n")
-    out.extend(dense_margin_lines(folder / "mean"))
+    out.extend(dense_margin_lines(runs_of["mean"]))
     out.append("")
     return plot
 
@@ -228,6 +215,7 @@ def write_plot(root, corpus, plot):
 def passkey_table(root, out):
     cells = defaultdict(lambda: [0, 0])  # (rule, support, context) -> [correct, trials]
     contexts = set()
+    dense_from = None  # the run whose dense answers are counted
     for run, names in PASSKEY_RUNS.items():
         path = root / "passkey" / run / "passkey.csv"
         if not path.is_file():
@@ -244,8 +232,10 @@ def passkey_table(root, out):
                 context = int(r["context"])
                 contexts.add(context)
                 cell = cells[(rule, support, context)]
-                if rule == "dense" and run != "mean-bound-oracle-two4" and cell[1] > 0:
-                    continue  # dense answers are the same prompts in every run: count once
+                if rule == "dense" and dense_from not in (None, run):
+                    continue  # every run answers the same prompts densely: count one run's
+                if rule == "dense":
+                    dense_from = run
                 cell[0] += int(r["correct"])
                 cell[1] += int(r["trials"])
     if not cells:

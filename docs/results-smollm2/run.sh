@@ -74,12 +74,5 @@ for corpus in prose code; do
   sweep "$corpus" two4-sub4 --score twostage --shortlist 4 --shortlist-score submean --sub-blocks 4
 done
 
-for corpus in prose code; do
-  dir=$out/sweeps-$corpus
-  rules=()
-  for rule in bound two4 two4-bound tp95-two4-bound sub4 two4-sub4; do
-    [[ -f $dir/$rule/summary.csv ]] && rules+=("$dir/$rule")
-  done
-  python3 docs/selectors/gap_closed.py "$dir/mean" "$dir/oracle" "${rules[@]}" > "$dir/gap_closed.md"
-done
-echo "run.sh: tables in $out/sweeps-*/gap_closed.md and $out/passkey/*/passkey.md"
+# The tables (with G, as docs/selectors/gap_closed.py computes it) and the plots.
+python3 docs/results-smollm2/report.py "$out"
