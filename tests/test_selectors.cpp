@@ -277,6 +277,42 @@ TEMPLATE_TEST_CASE("block summaries: incremental appends equal a rebuild and a r
   }
 }
 
+TEST_CASE("block summaries: truncate equals a build over the positions kept", "[summaries]") {
+  const std::int64_t n = 123, d = 12;
+  const test::TestCache<amc::bf16> cache(n, d);
+  const auto first = [&](std::int64_t positions) {
+    return KvView<amc::bf16>(cache.keys.data(), cache.values.data(), positions, d, cache.stride);
+  };
+  for (const std::int64_t sub_blocks : {0, 4}) {
+    const SummaryOptions all{.channel_bounds = true, .value_norms = true, .sub_blocks = sub_blocks};
+    for (const std::int64_t keep : {0, 1, 15, 16, 17, 50, 122, 123}) {
+      CAPTURE(sub_blocks, keep);
+      auto cut = BlockSummaries::build(first(n), 16, all);
+      cut.truncate(first(n), keep);
+      const auto built = BlockSummaries::build(first(keep), 16, all);
+      REQUIRE(cut.positions() == keep);
+      REQUIRE(cut.blocks() == built.blocks());
+      REQUIRE(cut.mean_keys() == built.mean_keys());
+      REQUIRE(cut.channel_min() == built.channel_min());
+      REQUIRE(cut.channel_max() == built.channel_max());
+      REQUIRE(std::ranges::equal(cut.value_norm_max(), built.value_norm_max()));
+      if (sub_blocks > 0) REQUIRE(cut.sub_block_means() == built.sub_block_means());
+      // Appending after a truncation continues as if the cut positions had never been there.
+      for (std::int64_t p = keep; p < n; ++p)
+        cut.append(std::span(cache.keys.data() + p * cache.stride, d),
+                   std::span(cache.values.data() + p * cache.stride, d));
+      const auto whole = BlockSummaries::build(first(n), 16, all);
+      REQUIRE(cut.mean_keys() == whole.mean_keys());
+      REQUIRE(cut.channel_max() == whole.channel_max());
+      REQUIRE(std::ranges::equal(cut.value_norm_max(), whole.value_norm_max()));
+    }
+  }
+  BlockSummaries summaries = BlockSummaries::build(first(20), 16);
+  REQUIRE_THROWS_WITH(summaries.truncate(first(20), 21),
+                      AMC_CONTAINS("amc::BlockSummaries::truncate: positions must be in [0, 20]"));
+  REQUIRE_THROWS_WITH(summaries.truncate(first(5), 10), AMC_CONTAINS("the view holds 5 positions"));
+}
+
 TEST_CASE("summaries keep their rows on cache lines", "[summaries]") {
   // The selectors read mean keys (and channel bounds) with 64-byte vector loads; rows that
   // straddle cache lines made scoring 1.6x slower (docs/performance.md).

@@ -39,6 +39,7 @@ from ._amc import (  # noqa: F401  (re-exported)
     settings,
     sufficient_radius,
     sufficient_radius_from_norms,
+    truncate_summaries,
     unembedding_row_norms,
     update_summaries,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "sparse_decode",
     "sufficient_radius",
     "sufficient_radius_from_norms",
+    "truncate_summaries",
     "unembedding_row_norms",
     "update_summaries",
 ]

@@ -7,15 +7,22 @@ query [batch, heads, q_len, head_dim], key and value [batch, kv_heads, kv_len, h
 KV cache, not repeated per query head); output [batch, q_len, heads, head_dim] in the query's
 dtype, as transformers' sdpa_attention_forward returns it. A decode step (q_len == 1) runs amc's
 dense or block-sparse operator on the CPU tensors in place (bf16 keys and values are read as
-bf16); prefill (q_len > 1) falls back to exact dense PyTorch attention. The module does not
-link libtorch: tensors reach amc through DLPack.
+bf16); prefill (q_len > 1) runs the `prefill` function given (amc.transformers passes
+transformers' own sdpa attention), else exact dense PyTorch attention. The module does not link
+libtorch: tensors reach amc through DLPack.
 
     attention = amc.torch.make_decode_attention(amc.SparseConfig(top_k=8, window=64))
-    # transformers: AttentionInterface.register("amc", attention), attn_implementation="amc"
+    # transformers: amc.transformers registers "amc" and "amc_sparse" (docs/python.md)
 
-Block-sparse decoding keeps block summaries per (attention module, batch row) and appends the
-positions the cache gained since the previous step; a cache that does not extend the one seen
-before (a new sequence: the first key differs, or it is shorter) gets new summaries.
+Block-sparse decoding reads block summaries that follow the cache: a KvSummaries attached to
+the key tensor (key.amc_summaries), which the cache that owns the keys keeps in step with them
+(amc.transformers.AmcCache does; an engine of one's own calls crop, select_rows and reset as its
+cache changes). A sparse call without one is refused rather than guessing which sequence the
+keys belong to.
+
+Keyword arguments other than those listed in PASSED_THROUGH are refused by name, and those in
+NEUTRAL_ONLY unless they hold their neutral value (None): a model that asks for a sliding window,
+logit soft-capping or attention sinks would otherwise be decoded silently wrong.
 """
 
 import math
@@ -28,9 +35,9 @@ import torch.nn.functional as F
 from . import _amc
 from . import DenseDecoder, Error, SparseConfig, SparseDecoder, build_summaries
 from . import load_safetensors as _load_safetensors
-from . import update_summaries
+from . import truncate_summaries, update_summaries
 
-__all__ = ["decode_attention", "make_decode_attention", "load_safetensors",
+__all__ = ["KvSummaries", "decode_attention", "make_decode_attention", "load_safetensors",
            "dense_attention"]
 
 
@@ -88,25 +95,102 @@ def _allowed_range(mask_row, n, where):
     return lo, hi
 
 
-class _Summaries:
-    """One (module, batch row)'s block summaries and what identifies the cache they cover."""
+#: Keyword arguments transformers passes that do not change the attention's result here.
+PASSED_THROUGH = frozenset({"position_ids", "cache_position", "use_cache", "output_attentions",
+                            "is_causal"})
+#: Keyword arguments of attention variants amc does not implement: accepted only as None.
+NEUTRAL_ONLY = ("sliding_window", "softcap", "s_aux", "sinks", "head_mask")
 
-    def __init__(self, summaries, lo, first_key):
-        self.summaries, self.lo, self.first_key = summaries, lo, first_key
+
+def _check_kwargs(kwargs, where):
+    for name, value in kwargs.items():
+        if name in PASSED_THROUGH:
+            continue
+        if name in NEUTRAL_ONLY:
+            if value is not None:
+                shown = tuple(value.shape) if isinstance(value, torch.Tensor) else value
+                raise Error(f"{where}: {name}={shown!r} is not implemented (amc decodes plain "
+                            f"softmax attention over the whole cache); use another "
+                            "attn_implementation for this model")
+            continue
+        raise Error(f"{where}: keyword argument {name!r} is not implemented; amc accepts "
+                    f"{sorted(PASSED_THROUGH)} and {list(NEUTRAL_ONLY)} as None")
+
+
+class KvSummaries:
+    """The block summaries of one attention layer's cache, per batch row: for row r, one
+    amc.BlockSummaries per KV head over the positions [lo, n) that row attends to (lo > 0 under
+    left padding). Appended as the cache grows (never re-pooled); the cache's owner calls
+    crop, select_rows and reset when the cache is cut, reordered or dropped.
+
+    `config` (a SparseConfig or None) is the block-sparse setting of the calls that read these
+    summaries, overriding the module's and the attention function's (the per-call setting)."""
+
+    def __init__(self, config: Optional[SparseConfig] = None):
+        self.config = config
+        self._rows = {}  # batch row -> (lo, config text, [BlockSummaries per KV head])
+
+    def for_row(self, row, k_row, v_row, lo, config, where="amc.torch.KvSummaries"):
+        """Row `row`'s summaries brought up to k_row, v_row [kv_heads, n - lo, head_dim]."""
+        entry = self._rows.get(row)
+        text = config.to_text()
+        if entry is None or entry[0] != lo or entry[1] != text:
+            # First step of the row, a new padding layout or new settings: built once here.
+            entry = (lo, text, build_summaries(k_row, v_row, config))
+            self._rows[row] = entry
+            return entry[2]
+        held = entry[2][0].positions
+        if held > k_row.shape[1]:
+            raise Error(f"{where}: row {row}'s summaries cover {held} positions but its cache "
+                        f"holds {k_row.shape[1]}: the cache was cut without KvSummaries.crop")
+        update_summaries(entry[2], k_row, v_row)
+        return entry[2]
+
+    def crop(self, keys, values):
+        """The cache was cut to keys, values [batch, kv_heads, n, head_dim]: each row's
+        summaries are cut to match (BlockSummaries.truncate: at most a block re-read)."""
+        n = keys.shape[2]
+        for row, (lo, text, summaries) in list(self._rows.items()):
+            if n <= lo:
+                del self._rows[row]
+            elif summaries[0].positions > n - lo:
+                truncate_summaries(summaries, keys[row, :, lo:n], values[row, :, lo:n])
+
+    def select_rows(self, indices):
+        """The cache's batch rows became rows `indices` of the old batch (beam search's
+        reorder, a repeat, a selection): each new row gets its own copy of its source's
+        summaries, so beams that fork never share them."""
+        old = self._rows
+        self._rows = {}
+        for new_row, source in enumerate(int(i) for i in indices):
+            if source in old:
+                lo, text, summaries = old[source]
+                self._rows[new_row] = (lo, text, [s.copy() for s in summaries])
+
+    def reset(self):
+        """The cache was emptied: every row starts again."""
+        self._rows.clear()
+
+    def __len__(self):
+        return len(self._rows)
 
 
 def make_decode_attention(config: Optional[SparseConfig] = None, *, threads: int = 1,
-                          **settings):
+                          prefill=None, on_sparse_step=None, **settings):
     """A decode-attention function with transformers' attention interface (module docstring).
 
     config None and no settings: amc's dense decode; otherwise block-sparse decode with
-    `config` and keyword settings (SparseConfig's names). A module attribute `amc_config`
-    (a SparseConfig, or None for dense) overrides it per attention module. `threads` run the
-    GQA groups of a step in parallel. The function's `reset()` drops the kept summaries."""
+    `config` and keyword settings (SparseConfig's names). The block-sparse setting of a call is,
+    first found: the KvSummaries' config, the module's `amc_config` attribute (a SparseConfig,
+    or None for dense), the module config's `amc_sparse` (a dict of settings), this function's.
+    `threads` run the GQA groups of a step in parallel. `prefill` (q_len > 1) is called with
+    the attention's own arguments; None: exact dense PyTorch attention (dense_attention).
+    `on_sparse_step(module, row, query_row, k_row, result)`, when given, sees each row's
+    sparse result (amc.transformers uses it to record the retained mass)."""
     base = SparseConfig(**settings) if config is None and settings else (
         config.replace(**settings) if config is not None else None)
     decoders = {}  # (scale, config text) -> DenseDecoder or SparseDecoder
-    kept = {}  # (id(module), batch row) -> _Summaries
+    where = "amc.torch.decode_attention"
 
     def decoder_for(scale, sparse_config):
         key = (scale, None if sparse_config is None else sparse_config.to_text())
@@ -117,33 +201,47 @@ def make_decode_attention(config: Optional[SparseConfig] = None, *, threads: int
                 decoders[key] = SparseDecoder(sparse_config.replace(scale=scale), threads)
         return decoders[key]
 
-    def summaries_for(module, row, config, k, v, lo):
-        entry = kept.get((id(module), row))
-        n = k.shape[1]
-        if (entry is None or entry.lo != lo or entry.summaries[0].positions > n
-                or not torch.equal(entry.first_key, k[:, 0])):
-            entry = _Summaries(build_summaries(k, v, config), lo, k[:, 0].clone())
-            kept[(id(module), row)] = entry
-        else:
-            update_summaries(entry.summaries, k, v)
-        return entry.summaries
+    def sparse_config_for(module, store):
+        if store is not None and store.config is not None:
+            return store.config
+        if module is not None and hasattr(module, "amc_config"):
+            return module.amc_config
+        from_model = getattr(getattr(module, "config", None), "amc_sparse", None)
+        if from_model is not None:
+            if isinstance(from_model, SparseConfig):
+                return from_model
+            if not isinstance(from_model, dict):
+                raise Error(f"{where}: the model config's amc_sparse must be a dict of "
+                            f"SparseConfig settings, got {type(from_model).__name__}")
+            return SparseConfig(**from_model)
+        return base
 
     def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                   **kwargs):
-        where = "amc.torch.decode_attention"
         if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
             raise Error(f"{where}: query, key and value must be [batch, heads, len, head_dim], "
                         f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+        _check_kwargs(kwargs, where)
         b, heads, t, d = query.shape
         n = key.shape[2]
-        if t > 1:  # prefill: exact dense attention in PyTorch
+        training = getattr(module, "training", False)
+        if t > 1:  # prefill
+            if prefill is not None:
+                return prefill(module, query, key, value, attention_mask, scaling=scaling,
+                               dropout=dropout, **kwargs)
             return dense_attention(query, key, value, attention_mask, scaling, dropout,
-                                   getattr(module, "training", False)), None
-        if dropout > 0.0 and getattr(module, "training", False):
+                                   training), None
+        if dropout > 0.0 and training:
             raise Error(f"{where}: dropout {dropout} in training mode; amc decodes without "
                         "dropout (call model.eval())")
         scale = float(scaling) if scaling is not None else 1.0 / math.sqrt(d)
-        sparse_config = getattr(module, "amc_config", base) if module is not None else base
+        store = getattr(key, "amc_summaries", None)
+        sparse_config = sparse_config_for(module, store)
+        if sparse_config is not None and store is None:
+            raise Error(f"{where}: block-sparse decode needs block summaries that follow the "
+                        "cache: generate with cache=amc.transformers.AmcCache(), or attach an "
+                        "amc.torch.KvSummaries to the key tensor (key.amc_summaries) and keep "
+                        "it in step with the cache")
         decoder = decoder_for(scale, sparse_config)
         output = torch.empty((b, 1, heads, d), dtype=query.dtype)
         with torch.no_grad():
@@ -154,17 +252,21 @@ def make_decode_attention(config: Optional[SparseConfig] = None, *, threads: int
                     mask = attention_mask[row] if attention_mask.shape[0] > 1 else attention_mask[0]
                     mask_row = mask.reshape(-1, mask.shape[-1])[-1]
                 lo, hi = _allowed_range(mask_row, n, where)
+                if sparse_config is not None and hi != n:
+                    raise Error(f"{where}: row {row} may attend to positions [{lo}, {hi}) of "
+                                f"{n}: block-sparse decode needs the newest position attended")
                 k_row, v_row = k[row, :, lo:hi], v[row, :, lo:hi]
                 if sparse_config is None:
                     result = decoder.decode(q[row, :, 0], k_row, v_row)
                 else:
-                    summaries = summaries_for(module, row, sparse_config, k_row, v_row, lo)
+                    summaries = store.for_row(row, k_row, v_row, lo, sparse_config, where)
                     result = decoder.decode(q[row, :, 0], k_row, v_row, summaries)
+                    if on_sparse_step is not None:
+                        on_sparse_step(module, row, q[row, :, 0], k_row, result)
                 output[row, 0] = torch.from_numpy(result.output).to(query.dtype)
         return output, None
 
     attention.config = base
-    attention.reset = kept.clear
     return attention
 
 

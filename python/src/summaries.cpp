@@ -90,6 +90,27 @@ void update_summaries(const py::object& list, py::handle k_obj, py::handle v_obj
   });
 }
 
+/// Brings each KV head's summaries down to the positions of k and v ([KV heads, n, head_dim]):
+/// the summaries of a cache cropped to its first n positions (BlockSummaries::truncate).
+void truncate_summaries(const py::object& list, py::handle k_obj, py::handle v_obj) {
+  constexpr const char* fn = "amc.truncate_summaries";
+  const LayerKv kv = import_kv(k_obj, v_obj, fn);
+  const std::vector<BlockSummaries*> summaries = summaries_list(list, kv.heads, fn);
+  for (std::int64_t h = 0; h < kv.heads; ++h) {
+    const BlockSummaries& s = *summaries[static_cast<std::size_t>(h)];
+    if (s.positions() < kv.positions) {
+      fail(std::string(fn) + ": summaries[" + std::to_string(h) + "] cover " +
+           std::to_string(s.positions()) + " positions, fewer than k's " +
+           std::to_string(kv.positions) + " (append with amc.update_summaries)");
+    }
+  }
+  visit_storage(storage_of(kv.k.type), [&](auto t) {
+    using T = typename decltype(t)::type;
+    for (std::int64_t h = 0; h < kv.heads; ++h)
+      summaries[static_cast<std::size_t>(h)]->truncate(kv.view<T>(h), kv.positions);
+  });
+}
+
 }  // namespace
 
 void bind_summaries(py::module_& m) {
@@ -105,6 +126,14 @@ void bind_summaries(py::module_& m) {
       .def("append", &append_rows, py::arg("key"), py::arg("value") = py::none(),
            "Appends one position ([head_dim]) or several ([rows, head_dim]).")
       .def("clear", &BlockSummaries::clear)
+      .def(
+          "copy", [](const BlockSummaries& s) { return BlockSummaries(s); },
+          "An independent copy (a beam that forks a sequence gets its own summaries).")
+      .def("__copy__", [](const BlockSummaries& s) { return BlockSummaries(s); })
+      .def(
+          "__deepcopy__",
+          [](const BlockSummaries& s, const py::dict&) { return BlockSummaries(s); },
+          py::arg("memo"))
       .def_property_readonly("positions", &BlockSummaries::positions)
       .def_property_readonly("blocks", &BlockSummaries::blocks)
       .def_property_readonly("block_size", &BlockSummaries::block_size)
@@ -141,6 +170,9 @@ void bind_summaries(py::module_& m) {
       py::arg("k"), py::arg("v"), py::arg("config") = py::none(),
       "Summaries of every KV head of k, v [KV heads, n, head_dim], with what config's rule reads.");
   m.def("update_summaries", &update_summaries, py::arg("summaries"), py::arg("k"), py::arg("v"));
+  m.def("truncate_summaries", &truncate_summaries, py::arg("summaries"), py::arg("k"), py::arg("v"),
+        "Summaries cut down to k's n positions (a cropped cache), reading at most block_size - 1 "
+        "positions per KV head again.");
 }
 
 }  // namespace amc::python

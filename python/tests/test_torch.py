@@ -5,6 +5,7 @@ import json
 import math
 import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -54,6 +55,8 @@ class CachedQwen2:
     def __init__(self, model, attention, kv_dtype=torch.float32):
         self.model, self.attention, self.kv_dtype = model, attention, kv_dtype
         self.cache = [None] * len(model.layers)
+        # The block summaries that follow each layer's cache, as an engine's cache keeps them.
+        self.summaries = [amc.torch.KvSummaries() for _ in model.layers]
 
     @torch.no_grad()
     def __call__(self, ids, mask=None):
@@ -74,6 +77,7 @@ class CachedQwen2:
                 k = torch.cat([self.cache[i][0], k], dim=2)
                 v = torch.cat([self.cache[i][1], v], dim=2)
             self.cache[i] = (k, v)
+            k.amc_summaries = self.summaries[i]
             out, none = self.attention(attn, q, k, v, mask, scaling=1 / math.sqrt(c.head_dim),
                                        dropout=0.0)
             assert none is None and out.shape == (b, t, c.num_attention_heads, c.head_dim)
@@ -82,9 +86,9 @@ class CachedQwen2:
         return m.norm(x) @ m.embed_tokens.weight.T
 
 
-def greedy(model, attention, steps=12, kv_dtype=torch.float32):
+def greedy(model, attention, steps=12, kv_dtype=torch.float32, prompt=PROMPT):
     runner = CachedQwen2(model, attention, kv_dtype)
-    logits = runner(torch.tensor([list(PROMPT)]))[:, -1]
+    logits = runner(torch.tensor([list(prompt)]))[:, -1]
     tokens, all_logits = [], [logits]
     for _ in range(steps):
         token = int(logits.argmax())
@@ -166,6 +170,87 @@ def test_refusals():
     # A module attribute selects sparse decoding for that module.
     module.eval()
     module.amc_config = amc.SparseConfig(top_k=0, window=2, sinks=0)
+    k.amc_summaries = amc.torch.KvSummaries()
     out, _ = amc.torch.decode_attention(module, q, k, k, None, scaling=0.3)
     ref, _ = eager_attention(None, q, k[:, :, 8:], k[:, :, 8:], None, scaling=0.3)
     assert torch.allclose(out, ref, atol=1e-6)
+
+
+def test_two_sequences_with_the_same_first_token_keep_their_own_summaries(tiny):
+    """Issue 33's first defect: summaries were kept per attention function and rebuilt only when
+    the first key changed, so a second sequence beginning with the same token (a BOS, a chat
+    template) selected blocks with the first one's means. Now they follow each cache."""
+    attention = amc.torch.make_decode_attention(block_size=8, top_k=2, sinks=1, window=8)
+    first = PROMPT[:70]  # the same first token as the second, which is longer
+    second = PROMPT[:1] + bytes(reversed(PROMPT[1:])) + PROMPT[1:]
+    greedy(tiny, attention, steps=3, prompt=first)
+    after_first = greedy(tiny, attention, steps=6, prompt=second)
+    alone = greedy(tiny, amc.torch.make_decode_attention(block_size=8, top_k=2, sinks=1,
+                                                         window=8), steps=6, prompt=second)
+    assert after_first[0] == alone[0]
+    assert torch.equal(after_first[1], alone[1])
+
+
+def test_sparse_without_summaries_is_refused():
+    q, k = torch.randn(1, 4, 1, 8), torch.randn(1, 2, 40, 8)
+    attention = amc.torch.make_decode_attention(top_k=1, block_size=8)
+    with pytest.raises(amc.Error, match="block-sparse decode needs block summaries that follow "
+                                        "the cache"):
+        attention(None, q, k, k, None, scaling=0.3)
+    k.amc_summaries = amc.torch.KvSummaries()
+    out, _ = attention(None, q, k, k, None, scaling=0.3)
+    assert out.shape == (1, 1, 4, 8)
+
+
+@pytest.mark.parametrize("name,value", [("sliding_window", 4096), ("softcap", 30.0),
+                                        ("s_aux", torch.zeros(4)), ("sinks", torch.zeros(4)),
+                                        ("head_mask", torch.ones(4))])
+def test_unimplemented_keywords_are_refused_by_name(name, value):
+    """Issue 33's second defect: such keywords were swallowed by **kwargs and ignored."""
+    q, k = torch.randn(1, 4, 1, 8), torch.randn(1, 2, 10, 8)
+    with pytest.raises(amc.Error, match=f"amc.torch.decode_attention: {name}=.* is not "
+                                        "implemented"):
+        amc.torch.decode_attention(None, q, k, k, None, scaling=0.3, **{name: value})
+    # Their neutral value and the keywords that do not change the result pass.
+    out, _ = amc.torch.decode_attention(None, q, k, k, None, scaling=0.3, position_ids=None,
+                                        use_cache=True, **{name: None})
+    assert out.shape == (1, 1, 4, 8)
+    with pytest.raises(amc.Error, match="keyword argument 'future_bias' is not implemented"):
+        amc.torch.decode_attention(None, q, k, k, None, scaling=0.3, future_bias=1.0)
+
+
+def test_kv_summaries_follow_crop_and_reordering():
+    """crop and select_rows leave each row's summaries equal to ones built from scratch over
+    the row's cache as it now is."""
+    torch.manual_seed(0)
+    config = amc.SparseConfig(block_size=8, top_k=2, score="bound")
+    keys, values = torch.randn(3, 2, 61, 16), torch.randn(3, 2, 61, 16)
+    los = [0, 5, 2]
+    store = amc.torch.KvSummaries()
+
+    def check(k, v, rows):
+        for row, lo in enumerate(rows):
+            held = store.for_row(row, k[row, :, lo:], v[row, :, lo:], lo, config)
+            fresh = amc.build_summaries(k[row, :, lo:], v[row, :, lo:], config)
+            for a, b in zip(held, fresh):
+                assert a.positions == b.positions
+                np.testing.assert_array_equal(a.mean_keys, b.mean_keys)
+                np.testing.assert_array_equal(a.channel_max, b.channel_max)
+
+    check(keys[:, :, :40], values[:, :, :40], los)
+    check(keys, values, los)  # appended
+    store.crop(keys[:, :, :27], values[:, :, :27])
+    check(keys[:, :, :27], values[:, :, :27], los)
+    order = [2, 2, 0]  # beam search: row 2 forks, row 1 is dropped
+    store.select_rows(order)
+    keys, values = keys[order], values[order]
+    check(keys[:, :, :27], values[:, :, :27], [los[i] for i in order])
+    # The forked rows own separate summaries: growing one leaves the other as it was.
+    grown = store.for_row(0, keys[0, :, 2:], values[0, :, 2:], 2, config)
+    other = store.for_row(1, keys[1, :, 2:27], values[1, :, 2:27], 2, config)
+    assert grown[0].positions == 59 and other[0].positions == 25
+    with pytest.raises(amc.Error, match="row 0's summaries cover 59 positions but its cache "
+                                        "holds 20"):
+        store.for_row(0, keys[0, :, 2:22], values[0, :, 2:22], 2, config)
+    store.reset()
+    assert len(store) == 0

@@ -85,6 +85,35 @@ class BlockSummaries {
     }
   }
 
+  /// Drops every position from `positions` on (a cache cropped to its first `positions`), so
+  /// that the summaries equal those built over kv's first `positions`. Whole blocks are
+  /// dropped; the positions of a block cut in two are read again from `kv` (at most
+  /// block_size - 1 of them), so the cost does not grow with the cache.
+  template <KvViewLike View>
+  void truncate(const View& kv, std::int64_t positions) {
+    constexpr const char* fn = "amc::BlockSummaries::truncate";
+    AMC_CHECK(positions >= 0 && positions <= positions_, fn, "positions must be in [0, ",
+              positions_, "] (the positions held), got ", positions);
+    AMC_CHECK(kv.head_dim() == head_dim_, fn, "view head_dim ", kv.head_dim(),
+              " does not match the summaries' head_dim ", head_dim_);
+    AMC_CHECK(kv.positions() >= positions, fn, "the view holds ", kv.positions(),
+              " positions, fewer than the ", positions, " to keep");
+    const std::int64_t whole_blocks = positions / block_size_;
+    const auto d = static_cast<std::size_t>(head_dim_);
+    const auto rows = static_cast<std::size_t>(whole_blocks);
+    means_.resize(rows * d);
+    if (options_.channel_bounds) {
+      channel_min_.resize(rows * d);
+      channel_max_.resize(rows * d);
+    }
+    if (options_.value_norms) value_norm_max_.resize(rows);
+    sub_means_.resize(rows * static_cast<std::size_t>(options_.sub_blocks) * d);
+    positions_ = whole_blocks * block_size_;
+    for (std::int64_t p = positions_; p < positions; ++p) {
+      append_row(std::span(kv.key(p), d), std::span(kv.value(p), d));
+    }
+  }
+
   /// Appends one position: `key` and `value` of head_dim elements. `value` may be empty when
   /// value norms are not kept.
   template <KvStorage T>
