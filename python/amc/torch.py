@@ -185,7 +185,7 @@ def make_decode_attention(config: Optional[SparseConfig] = None, *, threads: int
     or None for dense), the module config's `amc_sparse` (a dict of settings), this function's.
     `threads` run the GQA groups of a step in parallel. `prefill` (q_len > 1) is called with
     the attention's own arguments; None: exact dense PyTorch attention (dense_attention).
-    `on_sparse_step(module, row, query_row, k_row, result)`, when given, sees each row's
+    `on_sparse_step(key, row, query_row, k_row, scale, result)`, when given, sees each row's
     sparse result (amc.transformers uses it to record the retained mass)."""
     base = SparseConfig(**settings) if config is None and settings else (
         config.replace(**settings) if config is not None else None)
@@ -262,7 +262,7 @@ def make_decode_attention(config: Optional[SparseConfig] = None, *, threads: int
                     summaries = store.for_row(row, k_row, v_row, lo, sparse_config, where)
                     result = decoder.decode(q[row, :, 0], k_row, v_row, summaries)
                     if on_sparse_step is not None:
-                        on_sparse_step(module, row, q[row, :, 0], k_row, result)
+                        on_sparse_step(key, row, q[row, :, 0], k_row, scale, result)
                 output[row, 0] = torch.from_numpy(result.output).to(query.dtype)
         return output, None
 
