@@ -82,17 +82,30 @@ constexpr std::string_view to_string(GroupCombine combine) {
   return combine == GroupCombine::sum ? "sum" : "max";
 }
 
+namespace detail {
+// The names of the enumerated settings, each written once: the settings table reads them
+// (nullopt: not a name), and so do the parse_* functions below (which throw instead).
+inline std::optional<SelectionScope> scope_named(std::string_view text) {
+  if (text == "head") return SelectionScope::per_head;
+  if (text == "group") return SelectionScope::per_group;
+  return std::nullopt;
+}
+inline std::optional<GroupCombine> combine_named(std::string_view text) {
+  if (text == "sum") return GroupCombine::sum;
+  if (text == "max") return GroupCombine::max;
+  return std::nullopt;
+}
+}  // namespace detail
+
 /// Parses the names used by tools and reports ("head"/"group", a registered rule name,
 /// "sum"/"max"); throws amc::error naming the field and the value otherwise.
 inline SelectionScope parse_scope(std::string_view name) {
-  if (name == "head") return SelectionScope::per_head;
-  if (name == "group") return SelectionScope::per_group;
+  if (const auto scope = detail::scope_named(name)) return *scope;
   detail::throw_error("amc::parse_scope", "scope must be 'head' or 'group', got '", name, "'");
 }
 inline ScoreRule parse_score_rule(std::string_view name) { return ScoreRule::named(name); }
 inline GroupCombine parse_combine(std::string_view name) {
-  if (name == "sum") return GroupCombine::sum;
-  if (name == "max") return GroupCombine::max;
+  if (const auto combine = detail::combine_named(name)) return *combine;
   detail::throw_error("amc::parse_combine", "combine must be 'sum' or 'max', got '", name, "'");
 }
 
@@ -360,16 +373,6 @@ inline constexpr Interval kUnitOpenBelow{.low = 0.0, .low_open = true, .high = 1
 // A scale at or above 1e30 overflows a score to infinity for ordinary inputs.
 inline constexpr Interval kScale{.low = 0.0, .low_open = true, .high = 1e30, .high_open = true};
 
-inline std::optional<SelectionScope> scope_named(std::string_view text) {
-  if (text == "head") return SelectionScope::per_head;
-  if (text == "group") return SelectionScope::per_group;
-  return std::nullopt;
-}
-inline std::optional<GroupCombine> combine_named(std::string_view text) {
-  if (text == "sum") return GroupCombine::sum;
-  if (text == "max") return GroupCombine::max;
-  return std::nullopt;
-}
 inline std::optional<ScoreRule> rule_named(std::string_view text) {
   if (find_rule_or_null(text) == nullptr) return std::nullopt;
   return ScoreRule::named(text);
