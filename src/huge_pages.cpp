@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <new>
@@ -11,6 +12,7 @@
 #include <system_error>
 #include <utility>
 
+#include "amc/aligned.hpp"
 #include "amc/error.hpp"
 
 #if defined(__linux__)
@@ -38,6 +40,34 @@ bool thp_enabled() {
 #endif
 
 }  // namespace
+
+namespace detail {
+
+void* allocate_huge_pages(std::size_t bytes) {
+  constexpr std::size_t huge = HugePageBuffer::kHugePage;
+  if (bytes > static_cast<std::size_t>(PTRDIFF_MAX) - huge) throw std::bad_alloc();
+  // Whole huge pages: the kernel maps one only over a 2 MiB-aligned range the block fills.
+  const std::size_t rounded = (bytes + huge - 1) / huge * huge;
+  void* block = std::aligned_alloc(huge, rounded);
+  if (block == nullptr) throw std::bad_alloc();
+#if defined(__linux__)
+  // A hint: where it fails or THP is off the block is ordinary memory, as correct.
+  if (thp_enabled()) ::madvise(block, rounded, MADV_HUGEPAGE);
+#endif
+  return block;
+}
+
+void free_huge_pages(void* block) noexcept { std::free(block); }
+
+}  // namespace detail
+
+bool large_allocations_advised_for_huge_pages() {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  return thp_enabled();
+#else
+  return false;
+#endif
+}
 
 HugePageBuffer::HugePageBuffer(std::size_t bytes) {
   AMC_CHECK(bytes > 0, kWhere, "bytes is 0; expected a positive size");

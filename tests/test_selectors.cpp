@@ -1,8 +1,11 @@
 // Selectors and block summaries against independent double-precision computations.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "amc/amc.hpp"
@@ -331,6 +334,35 @@ TEST_CASE("summaries keep their rows on cache lines", "[summaries]") {
   AlignedVector<float> small(3), large(1 << 20);
   REQUIRE(reinterpret_cast<std::uintptr_t>(small.data()) % kCacheLine == 0);
   REQUIRE(reinterpret_cast<std::uintptr_t>(large.data()) % kCacheLine == 0);
+}
+
+TEST_CASE("large aligned vectors start on huge pages, small ones on cache lines", "[summaries]") {
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  AlignedVector<float> below(kHugePageAllocation / sizeof(float) - 1);
+  AlignedVector<float> at(kHugePageAllocation / sizeof(float));
+  AlignedVector<amc::bf16> keys(std::size_t{5} << 20);  // 10 MiB, as a long KV head
+  REQUIRE(reinterpret_cast<std::uintptr_t>(below.data()) % kCacheLine == 0);
+  REQUIRE(reinterpret_cast<std::uintptr_t>(at.data()) % kHuge == 0);
+  REQUIRE(reinterpret_cast<std::uintptr_t>(keys.data()) % kHuge == 0);
+  // The memory is whole and usable: written end to end and read back, also after growing.
+  for (std::size_t i = 0; i < at.size(); ++i) at[i] = static_cast<float>(i);
+  at.resize(at.size() * 3);
+  REQUIRE(at[at.size() / 3 - 1] == static_cast<float>(at.size() / 3 - 1));
+  REQUIRE(reinterpret_cast<std::uintptr_t>(at.data()) % kHuge == 0);
+  // The advice is reported as the kernel's setting allows it (read here independently).
+  bool thp = false;
+#if defined(__linux__)
+  if (std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r")) {
+    char line[128] = {};
+    if (std::fgets(line, sizeof line, f) != nullptr) {
+      const std::string setting(line);
+      thp = setting.find("[always]") != std::string::npos ||
+            setting.find("[madvise]") != std::string::npos;
+    }
+    std::fclose(f);
+  }
+#endif
+  REQUIRE(large_allocations_advised_for_huge_pages() == thp);
 }
 
 TEST_CASE("block summary memory is 1/B of the keys in f32 for means only", "[summaries]") {

@@ -16,7 +16,27 @@ namespace amc {
 /// Bytes per cache line on the x86-64 and AArch64 machines amc targets.
 inline constexpr std::size_t kCacheLine = 64;
 
-/// std::allocator with every allocation aligned to a cache line.
+/// Allocations of at least this many bytes are placed in transparent huge pages (see
+/// CacheLineAllocator).
+inline constexpr std::size_t kHugePageAllocation = std::size_t{1} << 20;
+
+namespace detail {
+/// A block of at least `bytes` (>= kHugePageAllocation) starting on a 2 MiB boundary, its size
+/// rounded up to whole 2 MiB pages and advised for transparent huge pages where the platform
+/// has them (src/huge_pages.cpp). Throws std::bad_alloc.
+void* allocate_huge_pages(std::size_t bytes);
+void free_huge_pages(void* block) noexcept;
+}  // namespace detail
+
+/// Whether allocations of kHugePageAllocation bytes and more are advised for transparent huge
+/// pages: Linux with THP set to "always" or "madvise". Elsewhere they are ordinary memory.
+bool large_allocations_advised_for_huge_pages();
+
+/// std::allocator with every allocation aligned to a cache line, and those of 1 MiB and more
+/// (KV caches, block summaries at long contexts) in transparent huge pages: a sparse decode
+/// step touches a new 4 KiB page with every block it reads, and the walks cost more than the
+/// bytes (docs/performance.md, "Block summaries in huge pages": the bound rules' step 9-12%
+/// faster at 128K). The rounding to whole 2 MiB pages costs at most 1 MiB per allocation.
 template <class T>
 struct CacheLineAllocator {
   using value_type = T;
@@ -27,9 +47,13 @@ struct CacheLineAllocator {
 
   T* allocate(std::size_t n) {
     if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw std::bad_array_new_length();
+    if (n * sizeof(T) >= kHugePageAllocation) {
+      return static_cast<T*>(detail::allocate_huge_pages(n * sizeof(T)));
+    }
     return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{kCacheLine}));
   }
-  void deallocate(T* p, std::size_t) noexcept {
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (n * sizeof(T) >= kHugePageAllocation) return detail::free_huge_pages(p);
     ::operator delete (p, std::align_val_t{kCacheLine});
   }
 
