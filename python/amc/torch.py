@@ -180,9 +180,10 @@ def make_decode_attention(config: Optional[SparseConfig] = None, *, threads: int
     """A decode-attention function with transformers' attention interface (module docstring).
 
     config None and no settings: amc's dense decode; otherwise block-sparse decode with
-    `config` and keyword settings (SparseConfig's names). The block-sparse setting of a call is,
-    first found: the KvSummaries' config, the module's `amc_config` attribute (a SparseConfig,
-    or None for dense), the module config's `amc_sparse` (a dict of settings), this function's.
+    `config` and keyword settings (SparseConfig's names). A module's `amc_config` attribute (a
+    SparseConfig, or None for dense) decides for that module. Otherwise a dense function decodes
+    densely, and a sparse one with, first found: the KvSummaries' config, the module config's
+    `amc_sparse` (a dict of settings), this function's.
     `threads` run the GQA groups of a step in parallel. `prefill` (q_len > 1) is called with
     the attention's own arguments; None: exact dense PyTorch attention (dense_attention).
     `on_sparse_step(key, row, query_row, k_row, scale, result)`, when given, sees each row's
@@ -202,10 +203,12 @@ def make_decode_attention(config: Optional[SparseConfig] = None, *, threads: int
         return decoders[key]
 
     def sparse_config_for(module, store):
-        if store is not None and store.config is not None:
-            return store.config
         if module is not None and hasattr(module, "amc_config"):
             return module.amc_config
+        if base is None:  # a dense function stays dense, whatever a cache or config asks
+            return None
+        if store is not None and store.config is not None:
+            return store.config
         from_model = getattr(getattr(module, "config", None), "amc_sparse", None)
         if from_model is not None:
             if isinstance(from_model, SparseConfig):

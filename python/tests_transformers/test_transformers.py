@@ -124,13 +124,18 @@ def test_settings_from_the_model_config(smollm2, prompts):
     model, _ = smollm2
     inputs = prompts["GPL-3"]
     from_cache = generate(model, inputs, amc.transformers.SPARSE, AmcCache(REAL), steps=4)
+    eager = generate(model, inputs, "eager", steps=4)
     model.config.amc_sparse = REAL.to_dict()
     try:
         from_config = generate(model, inputs, amc.transformers.SPARSE, AmcCache(), steps=4)
+        # "amc" stays dense whatever the model config or the cache ask for.
+        dense = generate(model, inputs, amc.transformers.DENSE, AmcCache(REAL), steps=4)
     finally:
         del model.config.amc_sparse
     assert torch.equal(from_config[0], from_cache[0])
     assert torch.equal(from_config[1], from_cache[1])
+    assert torch.equal(dense[0], eager[0]) and relative(dense[1], eager[1]) <= TOLERANCE
+    assert relative(from_cache[1], eager[1]) > 1e-3  # the sparse runs were not dense
 
 
 def test_two_prompts_in_a_row_and_a_reused_cache(smollm2, prompts):
