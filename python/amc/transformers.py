@@ -41,12 +41,6 @@ __all__ = ["AmcCache", "AmcLayer", "register", "DENSE", "SPARSE"]
 DENSE, SPARSE = "amc", "amc_sparse"
 
 
-def _sdpa_prefill(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                  **kwargs):
-    return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
-                                  dropout=dropout, **kwargs)
-
-
 def _record_mass(key, row, query_row, k_row, scale, result):
     """Retained mass of a sparse step, per query head, when the key tensor's cache records it:
     exp(lse read - lse of every position), the same scaled scores (the dense one in float64)."""
@@ -70,9 +64,9 @@ def register(sparse: Optional[SparseConfig] = None, *, threads: int = 1, **setti
     elif settings:
         sparse = sparse.replace(**settings)
     AttentionInterface.register(DENSE, make_decode_attention(threads=threads,
-                                                             prefill=_sdpa_prefill))
+                                                             prefill=sdpa_attention_forward))
     AttentionInterface.register(SPARSE, make_decode_attention(
-        sparse, threads=threads, prefill=_sdpa_prefill, on_sparse_step=_record_mass))
+        sparse, threads=threads, prefill=sdpa_attention_forward, on_sparse_step=_record_mass))
     for name in (DENSE, SPARSE):
         AttentionMaskInterface.register(name, sdpa_mask)
 
