@@ -33,10 +33,10 @@ void free_huge_pages(void* block) noexcept;
 bool large_allocations_advised_for_huge_pages();
 
 /// std::allocator with every allocation aligned to a cache line, and those of 1 MiB and more
-/// (KV caches, block summaries at long contexts) in transparent huge pages: a sparse decode
-/// step touches a new 4 KiB page with every block it reads, and the walks cost more than the
-/// bytes (docs/performance.md, "Block summaries in huge pages": the bound rules' step 9-12%
-/// faster at 128K). The rounding to whole 2 MiB pages costs at most 1 MiB per allocation.
+/// (KV caches, block summaries at long contexts) in transparent huge pages: at 128K positions a
+/// KV head's summaries span 256-768 pages of 4 KiB that a cold selection walks, and in huge
+/// pages the bound rules' step ran 9-12% faster (docs/performance.md, "Block summaries in huge
+/// pages"). The rounding to whole 2 MiB pages costs at most 1 MiB per allocation.
 template <class T>
 struct CacheLineAllocator {
   using value_type = T;
