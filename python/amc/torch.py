@@ -128,15 +128,14 @@ class KvSummaries:
 
     def __init__(self, config: Optional[SparseConfig] = None):
         self.config = config
-        self._rows = {}  # batch row -> (lo, config text, [BlockSummaries per KV head])
+        self._rows = {}  # batch row -> (lo, SparseConfig, [BlockSummaries per KV head])
 
     def for_row(self, row, k_row, v_row, lo, config, where="amc.torch.KvSummaries"):
         """Row `row`'s summaries brought up to k_row, v_row [kv_heads, n - lo, head_dim]."""
         entry = self._rows.get(row)
-        text = config.to_text()
-        if entry is None or entry[0] != lo or entry[1] != text:
+        if entry is None or entry[0] != lo or entry[1] != config:
             # First step of the row, a new padding layout or new settings: built once here.
-            entry = (lo, text, build_summaries(k_row, v_row, config))
+            entry = (lo, config, build_summaries(k_row, v_row, config))
             self._rows[row] = entry
             return entry[2]
         held = entry[2][0].positions
@@ -150,7 +149,7 @@ class KvSummaries:
         """The cache was cut to keys, values [batch, kv_heads, n, head_dim]: each row's
         summaries are cut to match (BlockSummaries.truncate: at most a block re-read)."""
         n = keys.shape[2]
-        for row, (lo, text, summaries) in list(self._rows.items()):
+        for row, (lo, _, summaries) in list(self._rows.items()):
             if n <= lo:
                 del self._rows[row]
             elif summaries[0].positions > n - lo:
@@ -164,8 +163,8 @@ class KvSummaries:
         self._rows = {}
         for new_row, source in enumerate(int(i) for i in indices):
             if source in old:
-                lo, text, summaries = old[source]
-                self._rows[new_row] = (lo, text, [s.copy() for s in summaries])
+                lo, config, summaries = old[source]
+                self._rows[new_row] = (lo, config, [s.copy() for s in summaries])
 
     def reset(self):
         """The cache was emptied: every row starts again."""
