@@ -301,15 +301,21 @@ void BM_Select(benchmark::State& state) {
 }
 
 /// The selection settings BM_RuleSparseDecode and BM_RuleSelect compare (issue 16), by their
-/// argument, on sparse_config(): "score", "score/first stage" (two-stage rules, shortlist 4),
-/// and ":S" for S sub-block means (submean, as a rule or a first stage; 4 unless given).
+/// argument, on sparse_config(): "score", "score/first stage" (two-stage rules, shortlist 4
+/// unless "@F" gives the factor), and ":S" for S sub-block means (submean, as a rule or a first
+/// stage; 4 unless given).
 const char* const kComparedRules[] = {
-    "mean",   "bound",     "twostage/mean",      "twostage/bound",     "submean",
-    "oracle", "submean:8", "twostage/submean:8", "twostage/submean:16"};
+    "mean",           "bound",     "twostage/mean",      "twostage/bound",      "submean",
+    "oracle",         "submean:8", "twostage/submean:8", "twostage/submean:16", "twostage/bound@2",
+    "twostage/mean@2"};
 
 SparseConfig rule_config(std::int64_t rule) {
   std::string_view name = kComparedRules[rule];
   SparseConfig c = sparse_config();
+  if (const std::size_t at = name.find('@'); at != std::string_view::npos) {
+    c.shortlist = std::stoll(std::string(name.substr(at + 1)));
+    name = name.substr(0, at);
+  }
   if (const std::size_t colon = name.find(':'); colon != std::string_view::npos) {
     c.sub_blocks = std::stoll(std::string(name.substr(colon + 1)));
     name = name.substr(0, colon);

@@ -2,8 +2,7 @@
 //   Ops::name, Ops::kLanes,
 //   Ops::dot<T>(q, x, n), Ops::axpy(alpha, x, y, n) (f32 x), Ops::load<T>(x, y, n),
 //   Ops::max(x, n), Ops::exp_sum(x, n, shift), Ops::scale(y, alpha, n),
-//   Ops::first_above(x, n, threshold),
-//   Ops::channel_bound_row(q, lo, hi, n).
+//   Ops::first_above(x, n, threshold).
 // Included by one translation unit per instruction set (kernels_scalar.cpp, kernels_sse2.cpp,
 // ...); everything here has internal linkage so the per-ISA copies never merge at link time.
 #pragma once
@@ -109,15 +108,6 @@ void attend_entry(const AttendArgs& a) {
 }
 
 template <class Ops>
-void channel_bound_entry(const float* query, std::int64_t head_dim, const float* lo,
-                         const float* hi, std::ptrdiff_t row_stride, std::int64_t count,
-                         float* out) {
-  for (std::int64_t b = 0; b < count; ++b) {
-    out[b] = Ops::channel_bound_row(query, lo + b * row_stride, hi + b * row_stride, head_dim);
-  }
-}
-
-template <class Ops>
 KernelTable make_table() {
   KernelTable table;
   table.name = Ops::name;
@@ -148,7 +138,6 @@ KernelTable make_table() {
   table.scale = &Ops::scale;
   table.stream_sum = &Ops::stream_sum;
   table.first_above = &Ops::first_above;
-  table.channel_bound = &channel_bound_entry<Ops>;
   return table;
 }
 
@@ -198,11 +187,6 @@ struct ScalarOps {
       for (int j = 0; j < 4; ++j) acc[j] += x[i + j];
     for (; i < n; ++i) acc[0] += x[i];
     return (acc[0] + acc[1]) + (acc[2] + acc[3]);
-  }
-  static float channel_bound_row(const float* q, const float* lo, const float* hi, std::int64_t n) {
-    float sum = 0.0f;
-    for (std::int64_t i = 0; i < n; ++i) sum += std::max(q[i] * lo[i], q[i] * hi[i]);
-    return sum;
   }
 };
 

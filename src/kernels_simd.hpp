@@ -113,16 +113,6 @@ struct SimdOps {
     }
     return horizontal_sum<Arch>((a0 + a1) + (a2 + a3)) + ScalarOps::stream_sum(x + i, n - i);
   }
-
-  static float channel_bound_row(const float* q, const float* lo, const float* hi, std::int64_t n) {
-    Batch acc(0.0f);
-    std::int64_t i = 0;
-    for (; i + W <= n; i += W) {
-      const Batch qi = Batch::load_unaligned(q + i);
-      acc += xsimd::max(qi * Batch::load_unaligned(lo + i), qi * Batch::load_unaligned(hi + i));
-    }
-    return horizontal_sum<Arch>(acc) + ScalarOps::channel_bound_row(q + i, lo + i, hi + i, n - i);
-  }
 };
 
 }  // namespace

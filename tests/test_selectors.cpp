@@ -102,7 +102,8 @@ TEST_CASE("mean-pooled selection is the top-k of mean scores, ties to the lower 
           std::vector<std::int64_t>{1, 2, 3});
 }
 
-TEST_CASE("channel bound is never below the true block max score", "[selectors]") {
+TEST_CASE("channel bound is never below the true block max score, and close to Quest's bound",
+          "[selectors]") {
   for (int trial = 0; trial < 200; ++trial) {
     const std::int64_t n = 50 + trial * 7;
     const test::TestCache<float> cache(n, 16, 16, trial % 2 ? 1.0f : 30.0f);
@@ -125,14 +126,40 @@ TEST_CASE("channel bound is never below the true block max score", "[selectors]"
     for (std::int64_t b = 0; b < summaries.blocks(); ++b) {
       const std::int64_t lo = b * block_size, hi = std::min(n, lo + block_size);
       const double max = *std::max_element(s.begin() + lo, s.begin() + hi);
-      // The selector sums in f32: allow the standard rounding bound of a 16-term f32 sum,
-      // (terms + 1) * 2^-24 * sum of |terms|, and nothing more.
+      // The selector sums <min(q, 0), lower> + <max(q, 0), upper> in f32 over the bf16 rows:
+      // allow the standard rounding bound of a 32-term f32 sum, (terms + 1) * 2^-24 * sum of
+      // |terms|, and nothing more.
+      const auto row = summaries.channel_bound_rows().subspan(static_cast<std::size_t>(b * 32));
       double magnitude = 0.0;
-      for (std::int64_t i = 0; i < 16; ++i) {
-        magnitude += std::max(std::abs(scaled[i] * summaries.channel_min()(b, i)),
-                              std::abs(scaled[i] * summaries.channel_max()(b, i)));
+      for (std::size_t i = 0; i < 16; ++i) {
+        magnitude += std::abs(scaled[i] * static_cast<double>(to_float(row[i]))) +
+                     std::abs(scaled[i] * static_cast<double>(to_float(row[16 + i])));
       }
-      REQUIRE(scores[b] >= max - 17 * 0x1p-24 * magnitude);
+      REQUIRE(scores[b] >= max - 33 * 0x1p-24 * magnitude);
+      // And not much above c sum_i max(q_i lo_i, q_i hi_i) from the f32 minima and maxima, in
+      // double: rounding an end outward to bf16 moves it by at most 2^-7 of its magnitude.
+      double quest = 0.0, widening = 0.0;
+      for (std::int64_t i = 0; i < 16; ++i) {
+        const double qi = scaled[static_cast<std::size_t>(i)];
+        const double lo_i = summaries.channel_min()(b, i), hi_i = summaries.channel_max()(b, i);
+        quest += std::max(qi * lo_i, qi * hi_i);
+        widening += std::abs(qi) * 0x1p-7 * std::max(std::abs(lo_i), std::abs(hi_i));
+      }
+      REQUIRE(scores[b] <= quest + widening + 33 * 0x1p-24 * magnitude);
+    }
+    // Every head of a group in one pass gives each head's own scores.
+    std::vector<float> group_queries(scaled);
+    for (const float x : scaled) group_queries.push_back(-2.0f * x);
+    std::vector<float> group(static_cast<std::size_t>(2 * summaries.blocks()));
+    ChannelBoundSelector::score_group(GroupScoringInput{group_queries.data(), 2, summaries, c},
+                                      group);
+    std::vector<float> second(static_cast<std::size_t>(summaries.blocks()));
+    ChannelBoundSelector::score(
+        BlockScoringInput{std::span(group_queries).subspan(16), summaries, c}, second);
+    for (std::int64_t b = c.first; b < c.last; ++b) {
+      REQUIRE(group[static_cast<std::size_t>(b)] == scores[static_cast<std::size_t>(b)]);
+      REQUIRE(group[static_cast<std::size_t>(summaries.blocks() + b)] ==
+              second[static_cast<std::size_t>(b)]);
     }
   }
 }
@@ -275,9 +302,27 @@ TEMPLATE_TEST_CASE("block summaries: incremental appends equal a rebuild and a r
         REQUIRE(incremental.mean_keys()(b, i) == rebuilt.mean_keys()(b, i));
         REQUIRE(rebuilt.channel_min()(b, i) == lo_k);
         REQUIRE(rebuilt.channel_max()(b, i) == hi_k);
+        // The same intervals rounded outward to bf16: enclosing, and by at most one bf16 step
+        // (2^-7 relative) at each end.
+        const auto row = rebuilt.channel_bound_rows().subspan(static_cast<std::size_t>(b * 2 * d));
+        const double lower = to_float(row[static_cast<std::size_t>(i)]);
+        const double upper = to_float(row[static_cast<std::size_t>(d + i)]);
+        REQUIRE(lower <= lo_k);
+        REQUIRE(upper >= hi_k);
+        REQUIRE(lo_k - lower <= 0x1p-7 * std::abs(lo_k));
+        REQUIRE(upper - hi_k <= 0x1p-7 * std::abs(hi_k));
+        REQUIRE(incremental.channel_bound_rows()[static_cast<std::size_t>(b * 2 * d + i)].bits ==
+                row[static_cast<std::size_t>(i)].bits);
+        REQUIRE(
+            incremental.channel_bound_rows()[static_cast<std::size_t>(b * 2 * d + d + i)].bits ==
+            row[static_cast<std::size_t>(d + i)].bits);
       }
     }
   }
+}
+
+bool same_bits(std::span<const amc::bf16> a, std::span<const amc::bf16> b) {
+  return std::ranges::equal(a, b, [](amc::bf16 x, amc::bf16 y) { return x.bits == y.bits; });
 }
 
 TEST_CASE("block summaries: truncate equals a build over the positions kept", "[summaries]") {
@@ -298,6 +343,7 @@ TEST_CASE("block summaries: truncate equals a build over the positions kept", "[
       REQUIRE(cut.mean_keys() == built.mean_keys());
       REQUIRE(cut.channel_min() == built.channel_min());
       REQUIRE(cut.channel_max() == built.channel_max());
+      REQUIRE(same_bits(cut.channel_bound_rows(), built.channel_bound_rows()));
       REQUIRE(std::ranges::equal(cut.value_norm_max(), built.value_norm_max()));
       if (sub_blocks > 0) REQUIRE(cut.sub_block_means() == built.sub_block_means());
       // Appending after a truncation continues as if the cut positions had never been there.
@@ -307,6 +353,7 @@ TEST_CASE("block summaries: truncate equals a build over the positions kept", "[
       const auto whole = BlockSummaries::build(first(n), 16, all);
       REQUIRE(cut.mean_keys() == whole.mean_keys());
       REQUIRE(cut.channel_max() == whole.channel_max());
+      REQUIRE(same_bits(cut.channel_bound_rows(), whole.channel_bound_rows()));
       REQUIRE(std::ranges::equal(cut.value_norm_max(), whole.value_norm_max()));
     }
   }
@@ -317,7 +364,7 @@ TEST_CASE("block summaries: truncate equals a build over the positions kept", "[
 }
 
 TEST_CASE("summaries keep their rows on cache lines", "[summaries]") {
-  // The selectors read mean keys (and channel bounds) with 64-byte vector loads; rows that
+  // The selectors read mean keys (and the bound rows) with 64-byte vector loads; rows that
   // straddle cache lines made scoring 1.6x slower (docs/performance.md).
   const std::int64_t head_dim = 64;
   BlockSummaries summaries(32, head_dim, {.channel_bounds = true});
@@ -329,6 +376,9 @@ TEST_CASE("summaries keep their rows on cache lines", "[summaries]") {
       REQUIRE(reinterpret_cast<std::uintptr_t>(summaries.mean_keys().data()) % kCacheLine == 0);
       REQUIRE(reinterpret_cast<std::uintptr_t>(summaries.channel_min().data()) % kCacheLine == 0);
       REQUIRE(reinterpret_cast<std::uintptr_t>(summaries.channel_max().data()) % kCacheLine == 0);
+      REQUIRE(reinterpret_cast<std::uintptr_t>(summaries.channel_bound_rows().data()) %
+                  kCacheLine ==
+              0);
     }
   }
   AlignedVector<float> small(3), large(1 << 20);
@@ -372,5 +422,6 @@ TEST_CASE("block summary memory is 1/B of the keys in f32 for means only", "[sum
   REQUIRE(means.memory_bytes() == 128 * 64 * 4 + 64 * 8);
   const auto full =
       BlockSummaries::build(cache.view(), 32, {.channel_bounds = true, .value_norms = true});
-  REQUIRE(full.memory_bytes() == 3 * 128 * 64 * 4 + 128 * 4 + 64 * 8);
+  // Means, f32 minima and maxima, both again in bf16 (2 x 2 bytes per channel), value norms.
+  REQUIRE(full.memory_bytes() == 3 * 128 * 64 * 4 + 128 * 64 * 4 + 128 * 4 + 64 * 8);
 }

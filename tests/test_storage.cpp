@@ -1,4 +1,5 @@
 // Storage conversions checked against independent arithmetic definitions; HugePageBuffer.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <concepts>
@@ -6,9 +7,11 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "amc/error.hpp"
 #include "amc/huge_pages.hpp"
@@ -97,6 +100,36 @@ TEST_CASE("bf16 conversions", "[storage]") {
   REQUIRE(to_float(to_bf16(1.0f + std::exp2(-8.0f))) == 1.0f);
   REQUIRE(to_float(to_bf16(1.0f + 3 * std::exp2(-8.0f))) == 1.0f + std::exp2(-6.0f));
   REQUIRE(std::isnan(to_float(to_bf16(std::nanf("")))));
+}
+
+TEST_CASE("to_bf16_upward and to_bf16_downward round outward to the nearest bf16", "[storage]") {
+  // Reference: every non-NaN bf16 value in order; upward is the first one >= x, downward the
+  // last one <= x.
+  std::vector<float> values;
+  for (std::uint32_t bits = 0; bits < 65536; ++bits) {
+    const float x = to_float(bf16{static_cast<std::uint16_t>(bits)});
+    if (!std::isnan(x)) values.push_back(x);
+  }
+  std::sort(values.begin(), values.end());
+  const auto check = [&](float x) {
+    CAPTURE(x);
+    REQUIRE(to_float(to_bf16_upward(x)) == *std::lower_bound(values.begin(), values.end(), x));
+    REQUIRE(to_float(to_bf16_downward(x)) ==
+            *(std::upper_bound(values.begin(), values.end(), x) - 1));
+  };
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-140, 128);
+  for (int trial = 0; trial < 100000; ++trial) check(std::ldexp(mantissa(rng), exponent(rng)));
+  for (const float v : values) {  // every bf16 exactly, and an f32 step either side
+    check(v);
+    if (std::isinf(v)) continue;
+    check(std::nextafter(v, INFINITY));
+    check(std::nextafter(v, -INFINITY));
+  }
+  check(std::numeric_limits<float>::max());  // above the largest finite bf16: +inf upward
+  REQUIRE(std::isnan(to_float(to_bf16_upward(std::nanf("")))));
+  REQUIRE(std::isnan(to_float(to_bf16_downward(std::nanf("")))));
 }
 
 TEST_CASE("visit_storage picks the element type of a run-time StorageType", "[storage]") {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -161,6 +162,24 @@ constexpr bf16 to_bf16(float x) {
     return bf16{static_cast<std::uint16_t>((bits >> 16) | 0x40u)};
   const std::uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
   return bf16{static_cast<std::uint16_t>((bits + rounding) >> 16)};
+}
+
+/// The smallest bf16 >= x (rounded toward +inf); NaN stays NaN. With to_bf16_downward, an interval
+/// [lo, hi] rounded outward, [to_bf16_downward(lo), to_bf16_upward(hi)], contains it exactly.
+constexpr bf16 to_bf16_upward(float x) {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u)
+    return bf16{static_cast<std::uint16_t>((bits >> 16) | 0x40u)};
+  // Dropping the low 16 bits rounds toward zero: up for a negative x, down for a positive one,
+  // which then moves up one bf16 step (to inf past the largest finite bf16).
+  const bool positive_and_inexact = (bits & 0x80000000u) == 0 && (bits & 0xFFFFu) != 0;
+  return bf16{static_cast<std::uint16_t>((bits >> 16) + (positive_and_inexact ? 1u : 0u))};
+}
+
+/// The largest bf16 <= x (rounded toward -inf); NaN stays NaN.
+constexpr bf16 to_bf16_downward(float x) {
+  const bf16 negated = to_bf16_upward(-x);
+  return bf16{static_cast<std::uint16_t>(negated.bits ^ 0x8000u)};
 }
 
 /// Round-to-nearest-even f32 -> f16, with overflow to inf, gradual underflow and NaN kept.

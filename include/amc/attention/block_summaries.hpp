@@ -3,14 +3,18 @@
 // Positions are grouped into blocks of `block_size` consecutive positions; the last block may be
 // partial. For each block b the summaries hold, as f32 rows of [blocks, head_dim]:
 //   mean key kbar_b                      (always; what the mean-pooled selector scores)
-//   channel-wise min and max key          (optional; the channel-bound selector, certified bounds)
+//   channel-wise min and max key          (optional; certified bounds)
+// with channel bounds also, as bf16 rows of [blocks, 2 * head_dim], the same intervals rounded
+// outward (lower ends down, upper ends up): what the channel-bound rule reads, half the bytes of
+// the f32 minima and maxima (docs/theory.md section 3),
 // optionally the means of `sub_blocks` equal sub-blocks of each block, as [blocks * sub_blocks,
 // head_dim] (the sub-block-means selector: an outlier key is diluted by block_size / sub_blocks
 // positions instead of block_size),
 // and, as [blocks], the largest value norm max_j ||v_j||   (optional; certified error bounds).
 //
 // Memory: blocks * head_dim * 4 bytes for the means (1/block_size of the keys in f32 per
-// position), twice that again with channel bounds, 4 bytes per block for value norms, plus
+// position), three times that again with channel bounds (f32 minima and maxima, and both in
+// bf16), 4 bytes per block for value norms, plus
 // head_dim * 8 bytes for the running sum of the open block; sub-block means add sub_blocks times
 // the means' bytes (4 * head_dim / (block_size / sub_blocks) bytes per position) and one more
 // running sum. memory_bytes() reports it.
@@ -105,6 +109,7 @@ class BlockSummaries {
     if (options_.channel_bounds) {
       channel_min_.resize(rows * d);
       channel_max_.resize(rows * d);
+      bound_rows_.resize(rows * 2 * d);
     }
     if (options_.value_norms) value_norm_max_.resize(rows);
     sub_means_.resize(rows * static_cast<std::size_t>(options_.sub_blocks) * d);
@@ -133,6 +138,7 @@ class BlockSummaries {
     means_.clear();
     channel_min_.clear();
     channel_max_.clear();
+    bound_rows_.clear();
     value_norm_max_.clear();
     sub_means_.clear();
     std::fill(open_sum_.begin(), open_sum_.end(), 0.0);
@@ -145,6 +151,7 @@ class BlockSummaries {
     if (options_.channel_bounds) {
       channel_min_.reserve(rows * static_cast<std::size_t>(head_dim_));
       channel_max_.reserve(rows * static_cast<std::size_t>(head_dim_));
+      bound_rows_.reserve(rows * 2 * static_cast<std::size_t>(head_dim_));
     }
     if (options_.value_norms) value_norm_max_.reserve(rows);
     sub_means_.reserve(rows * static_cast<std::size_t>(options_.sub_blocks * head_dim_));
@@ -173,6 +180,14 @@ class BlockSummaries {
     require(options_.channel_bounds, "channel_max", "channel_bounds = true");
     return map_rows(channel_max_.data(), blocks(), head_dim_, head_dim_);
   }
+  /// [blocks, 2 * head_dim] bf16: row b is block b's channel minima rounded down to bf16, then
+  /// its maxima rounded up (the largest bf16 <= channel_min()(b, i), the smallest >=
+  /// channel_max()(b, i)). Requires options().channel_bounds.
+  std::span<const bf16> channel_bound_rows() const {
+    require(options_.channel_bounds, "channel_bound_rows", "channel_bounds = true");
+    return bound_rows_;
+  }
+
   /// Positions per sub-block (block_size / sub_blocks); requires options().sub_blocks > 0.
   std::int64_t sub_block_size() const {
     require(options_.sub_blocks > 0, "sub_block_size", "sub_blocks > 0");
@@ -195,6 +210,7 @@ class BlockSummaries {
     return (means_.size() + channel_min_.size() + channel_max_.size() + value_norm_max_.size() +
             sub_means_.size()) *
                sizeof(float) +
+           bound_rows_.size() * sizeof(bf16) +
            (open_sum_.size() + open_sub_sum_.size()) * sizeof(double);
   }
 
@@ -213,6 +229,7 @@ class BlockSummaries {
       if (options_.channel_bounds) {
         channel_min_.resize(channel_min_.size() + d, std::numeric_limits<float>::infinity());
         channel_max_.resize(channel_max_.size() + d, -std::numeric_limits<float>::infinity());
+        bound_rows_.resize(bound_rows_.size() + 2 * d);
       }
       if (options_.value_norms) value_norm_max_.push_back(0.0f);
       sub_means_.resize(sub_means_.size() + static_cast<std::size_t>(options_.sub_blocks) * d);
@@ -224,13 +241,15 @@ class BlockSummaries {
     // from incremental updates: it equals the mean of the block's keys rounded once to f32.
     const double inverse_count = 1.0 / static_cast<double>(offset + 1);
     for (std::size_t i = 0; i < d; ++i) {
-      const float k = to_float(key[i]);
-      open_sum_[i] += k;
+      open_sum_[i] += to_float(key[i]);
       means_[row + i] = static_cast<float>(open_sum_[i] * inverse_count);
-      if (options_.channel_bounds) {
+    }
+    if (options_.channel_bounds) {
+      for (std::size_t i = 0; i < d; ++i) {
         // NaN is sticky (std::min and std::max would drop it): a block holding a NaN key has
         // NaN bounds, so its channel-bound score is NaN (ranked last) and certified bounds over
         // it are NaN rather than a finite number that ignores the NaN position.
+        const float k = to_float(key[i]);
         float& lo = channel_min_[row + i];
         float& hi = channel_max_[row + i];
         if (std::isnan(k)) {
@@ -240,6 +259,13 @@ class BlockSummaries {
           lo = std::min(lo, k);
           hi = std::max(hi, k);
         }
+      }
+      // The same intervals rounded outward to bf16: lower ends down, upper ends up.
+      bf16* lower = bound_rows_.data() + 2 * row;
+      bf16* upper = lower + d;
+      for (std::size_t i = 0; i < d; ++i) {
+        lower[i] = to_bf16_downward(channel_min_[row + i]);
+        upper[i] = to_bf16_upward(channel_max_[row + i]);
       }
     }
     if (options_.value_norms) {
@@ -294,6 +320,7 @@ class BlockSummaries {
   AlignedVector<float> means_;         // [blocks, head_dim]
   AlignedVector<float> channel_min_;   // [blocks, head_dim] if channel_bounds
   AlignedVector<float> channel_max_;   // [blocks, head_dim] if channel_bounds
+  AlignedVector<bf16> bound_rows_;     // [blocks, 2 * head_dim] if channel_bounds
   std::vector<float> value_norm_max_;  // [blocks] if value_norms
   AlignedVector<float> sub_means_;     // [blocks * sub_blocks, head_dim] if sub_blocks > 0
   std::vector<double> open_sum_;       // [head_dim] running key sum of the last block

@@ -83,10 +83,6 @@ struct KernelTable {
   void (*score_rows[kStorageTypes])(const float* queries, std::int64_t heads, std::int64_t head_dim,
                                     const void* rows, std::ptrdiff_t row_stride, std::int64_t count,
                                     float* out, std::ptrdiff_t out_stride) = {};
-  /// out[b] = sum_i max(q_i * lo[b, i], q_i * hi[b, i]): the channel-wise upper bound of
-  /// <q, k> over any key k with lo <= k <= hi (per channel). lo, hi: [count, row_stride].
-  void (*channel_bound)(const float* query, std::int64_t head_dim, const float* lo, const float* hi,
-                        std::ptrdiff_t row_stride, std::int64_t count, float* out) = nullptr;
 };
 
 /// The table used by amc's operators: the best instruction set this CPU supports, unless the
