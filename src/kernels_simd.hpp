@@ -242,25 +242,41 @@ struct BlockedOps : SimdOps<Arch> {
                                float* out, std::ptrdiff_t out_stride) {
     // Row groups outside, heads inside: a group of W rows is read from memory once and stays
     // in L1 while every head scores it (the mean keys of a long cache are read in one pass).
+    // Narrow rows scored for several heads are widened to f32 once per group, not once per
+    // head, as attend does per chunk (the widening is exact, so the scores are the same bits):
+    // the two-stage rule's shortlisted keys and the channel bound's bf16 rows, scored for 7
+    // heads each in the benchmarks' group.
+    constexpr bool kWiden = !std::same_as<T, float> && kDim > 0;
+    alignas(64) float widened[kWiden ? W * kDim : 1];
+    const auto score_group_of_rows = [&](std::int64_t r0, std::int64_t group, auto&& store) {
+      if constexpr (kWiden) {
+        if (heads > 1) {
+          widen_rows(rows + r0 * row_stride, row_stride, group, kDim, widened);
+          for (std::int64_t h = 0; h < heads; ++h)
+            store(h,
+                  score_group<kDim, float>(queries + h * head_dim, head_dim, widened, kDim, group));
+          return;
+        }
+      }
+      for (std::int64_t h = 0; h < heads; ++h)
+        store(h, score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride,
+                                      row_stride, group));
+    };
     std::int64_t r0 = 0;
     for (; r0 + W <= count; r0 += W) {
       // Long scans (the mean keys of a long cache) stream from memory: ask two groups ahead.
       if (r0 + 3 * W <= count)
         prefetch_rows(rows + (r0 + 2 * W) * row_stride, row_stride, W, head_dim);
-      for (std::int64_t h = 0; h < heads; ++h) {
-        score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride, row_stride,
-                             W)
-            .store_unaligned(out + h * out_stride + r0);
-      }
+      score_group_of_rows(r0, W, [&](std::int64_t h, Batch scores) {
+        scores.store_unaligned(out + h * out_stride + r0);
+      });
     }
     if (r0 < count) {
-      alignas(64) float lanes[W];
-      for (std::int64_t h = 0; h < heads; ++h) {
-        score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride, row_stride,
-                             count - r0)
-            .store_aligned(lanes);
+      score_group_of_rows(r0, count - r0, [&](std::int64_t h, Batch scores) {
+        alignas(64) float lanes[W];
+        scores.store_aligned(lanes);
         std::copy_n(lanes, count - r0, out + h * out_stride + r0);
-      }
+      });
     }
   }
 
