@@ -30,6 +30,9 @@ RULES = {
     "bound": "bound",
     "two4": "twostage/mean",
     "two4-bound": "twostage/bound",
+    # Issue 32's levers, at 4096 and 8064 with 385 and 769 only (run.sh says why).
+    "two4-bound-bf16": "twostage/bound, bf16 bounds",
+    "two2-bound": "twostage/bound, shortlist 2",
     "tp95-two4-bound": "twostage/bound, top-p 0.95",
     "sub4": "submean",
     "two4-sub4": "twostage/submean",
@@ -39,6 +42,8 @@ PASSKEY_RUNS = {
     "mean-bound-oracle-two4": {"mean": "mean", "bound": "bound", "oracle": "oracle",
                                "twostage": "twostage/mean"},
     "two4-bound": {"twostage": "twostage/bound"},
+    "two4-bound-bf16": {"twostage": "twostage/bound, bf16 bounds"},
+    "two2-bound": {"twostage": "twostage/bound, shortlist 2"},
     "sub4": {"submean": "submean", "twostage": "twostage/submean"},
 }
 CORPORA = {"prose": "prose (What's New in Python 2.5-3.3)",
@@ -114,7 +119,10 @@ def compact_tables(sweeps, out):
     for key in sorted(mean):
         cells = []
         for n in names:
-            ppl, omitted = measures(sweeps[n][key]) if key in sweeps[n] else (math.nan, math.nan)
+            if key not in sweeps[n]:
+                cells.append("-")
+                continue
+            ppl, omitted = measures(sweeps[n][key])
             cells.append(f"{ppl:+.1f}% / {omitted:.3f}")
         out.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
     out.append("\nG on the largest perplexity change / on the median omitted mass:\n")
@@ -186,8 +194,11 @@ def write_plot(root, corpus, plot):
         for c in contexts:
             for name in rules:
                 f.write(f"# {RULES[name]}, context {c}\n")
-                for support, ppl, omitted in sorted(plot.get((name, c), [])):
+                points = sorted(plot.get((name, c), []))
+                for support, ppl, omitted in points:
                     f.write(f"{support} {ppl:.4f} {omitted:.6f}\n")
+                if not points:  # keeps gnuplot's block numbering (index) aligned
+                    f.write("NaN NaN NaN\n")
                 f.write("\n\n")
     script = [
         'set terminal pngcairo size 1500,800 font ",10"',
@@ -258,7 +269,8 @@ def passkey_table(root, out):
             counts = [cells.get((rule, support, c), [0, 0]) for c in contexts]
             share = counts[-1][0] / dense_last if dense_last else math.nan
             out.append(f"| {rule} | {support or '-'} | " +
-                       " | ".join(f"{a}/{t}" for a, t in counts) + f" | {share:.2f} |")
+                       " | ".join(f"{a}/{t}" if t else "-" for a, t in counts) +
+                       f" | {share:.2f} |")
     out.append("")
 
 

@@ -24,6 +24,7 @@ docs=/usr/share/doc/python3.11/html/_sources/whatsnew
 prose=("$docs"/{2.5,2.6,2.7,3.2,3.3}.rst.txt)
 code=(/usr/lib/python3.11/{argparse,tarfile,zipfile,datetime,inspect}.py)
 
+# sweep and passkey take their contexts and supports from $contexts and $supports when set.
 sweep() {  # CORPUS NAME FLAGS...: one sweep into $out/sweeps-CORPUS/NAME
   local corpus=$1 name=$2
   shift 2
@@ -33,8 +34,8 @@ sweep() {  # CORPUS NAME FLAGS...: one sweep into $out/sweeps-CORPUS/NAME
   [[ -s $dir/runs.jsonl ]] && resume=(--resume)  # an interrupted sweep continues
   local -n documents=$corpus
   echo "run.sh: sweep $corpus/$name ($(date -u +%H:%M:%S))"
-  "$eval" sweep --model "$model" --text "${documents[@]}" --contexts 2048,4096,8064 \
-    --supports 193,385,769 --prefixes 5 --tokens 128 "$@" "${resume[@]}" --out "$dir"
+  "$eval" sweep --model "$model" --text "${documents[@]}" --contexts "${contexts:-2048,4096,8064}" \
+    --supports "${supports:-193,385,769}" --prefixes 5 --tokens 128 "$@" "${resume[@]}" --out "$dir"
   gzip -9 -n -f "$dir/runs.jsonl"
   rm -f "$dir"/gnuplot*.log
 }
@@ -46,9 +47,21 @@ passkey() {  # NAME FLAGS...: one passkey run into $out/passkey/NAME
   [[ -f $dir/passkey.md ]] && return 0
   rm -rf "$dir"
   echo "run.sh: passkey $name ($(date -u +%H:%M:%S))"
-  "$eval" passkey --model "$model" --text "${code[@]}" --contexts 1024,2048,4096,8160 \
-    --depths 0.1,0.3,0.5,0.7,0.9 --trials 6 --supports 193,385,769 "$@" --out "$dir"
+  "$eval" passkey --model "$model" --text "${code[@]}" --contexts "${contexts:-1024,2048,4096,8160}" \
+    --depths 0.1,0.3,0.5,0.7,0.9 --trials 6 --supports "${supports:-193,385,769}" "$@" --out "$dir"
 }
+
+# Issue 32's cost levers, checked for quality where its third target is judged (supports within
+# 1/8 of the context from 4096 on; the passkey at 8160): twostage/bound once the bound reads its
+# intervals rounded outward to bf16 (commit 548ce55; the two4-bound runs below predate it), and
+# with a shortlist of 2 instead of 4.
+contexts=4096,8064 supports=385,769 sweep prose two4-bound-bf16 --score twostage --shortlist 4 \
+  --shortlist-score bound
+contexts=4096,8064 supports=385,769 sweep prose two2-bound --score twostage --shortlist 2 \
+  --shortlist-score bound
+contexts=8160 supports=385,769 passkey two4-bound-bf16 --selectors twostage --shortlist-score bound
+contexts=8160 supports=385,769 passkey two2-bound --selectors twostage --shortlist 2 \
+  --shortlist-score bound
 
 # The rules of issue 32, per query head (the study's scope), in the order they are most telling.
 sweep prose mean --score mean
