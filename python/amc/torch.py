@@ -189,17 +189,25 @@ def make_decode_attention(config: Optional[SparseConfig] = None, *, threads: int
     sparse result (amc.transformers uses it to record the retained mass)."""
     base = SparseConfig(**settings) if config is None and settings else (
         config.replace(**settings) if config is not None else None)
-    decoders = {}  # (scale, config text) -> DenseDecoder or SparseDecoder
+    # [(scale, a copy of the config or None, DenseDecoder or SparseDecoder)]: a model has one
+    # scale and a config or two, so a scan comparing configs by value (SparseConfig's ==, in
+    # C++) finds the decoder without formatting a key on every call; the copy keeps a config
+    # changed in place by its owner from matching its old decoder.
+    decoders = []
     where = "amc.torch.decode_attention"
 
     def decoder_for(scale, sparse_config):
-        key = (scale, None if sparse_config is None else sparse_config.to_text())
-        if key not in decoders:
-            if sparse_config is None:
-                decoders[key] = DenseDecoder(scale, threads)
-            else:
-                decoders[key] = SparseDecoder(sparse_config.replace(scale=scale), threads)
-        return decoders[key]
+        for known_scale, known_config, decoder in decoders:
+            if known_scale == scale and (known_config == sparse_config if sparse_config is not None
+                                         else known_config is None):
+                return decoder
+        if sparse_config is None:
+            decoder = DenseDecoder(scale, threads)
+        else:
+            decoder = SparseDecoder(sparse_config.replace(scale=scale), threads)
+        decoders.append((scale, None if sparse_config is None else sparse_config.replace(),
+                         decoder))
+        return decoder
 
     def sparse_config_for(module, store):
         if module is not None and hasattr(module, "amc_config"):
