@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B of the next commit: amc-bench built from 548ce55 (before: score_rows widened bf16 rows once
+# A/B of commit 355ecff: amc-bench built from 548ce55 (before: score_rows widened bf16 rows once
 # per head) and from the commit that widens each group of 16 narrow rows to f32 once for all heads
 # (after; src/kernels_simd.hpp), side by side in this folder's parent, alternated 3 times.
 set -euo pipefail
