@@ -135,7 +135,8 @@ class KvSummaries:
         entry = self._rows.get(row)
         if entry is None or entry[0] != lo or entry[1] != config:
             # First step of the row, a new padding layout or new settings: built once here.
-            entry = (lo, config, build_summaries(k_row, v_row, config))
+            # A copy, as decoder_for keeps: a config changed in place must not match itself.
+            entry = (lo, config.replace(), build_summaries(k_row, v_row, config))
             self._rows[row] = entry
             return entry[2]
         held = entry[2][0].positions
@@ -198,8 +199,8 @@ def make_decode_attention(config: Optional[SparseConfig] = None, *, threads: int
 
     def decoder_for(scale, sparse_config):
         for known_scale, known_config, decoder in decoders:
-            if known_scale == scale and (known_config == sparse_config if sparse_config is not None
-                                         else known_config is None):
+            # None == None, and None never equals a SparseConfig (nor one None).
+            if known_scale == scale and known_config == sparse_config:
                 return decoder
         if sparse_config is None:
             decoder = DenseDecoder(scale, threads)
