@@ -175,6 +175,94 @@ TEST_CASE("layer decode with more threads than KV heads splits selection, bitwis
   }
 }
 
+TEST_CASE("layer decode on a lent pool runs a dense shadow beside the sparse pass, bitwise",
+          "[layer]") {
+  // Two KV heads; 2 threads run the groups whole, 4 split each group's selection into parts,
+  // with the shadow's groups as tasks of the same section. The attention scale is set, so the
+  // shadow must take the operator's scale to match the dense reference.
+  const std::int64_t kv_heads = 2, per_group = 7, head_dim = 32, n = 8200;
+  std::vector<test::TestCache<bf16>> caches;
+  for (std::int64_t g = 0; g < kv_heads; ++g) caches.emplace_back(n, head_dim);
+  SparseConfig config;
+  config.block_size = 8;
+  config.top_k = 12;
+  config.scale = 0.3f;
+  std::vector<BlockSummaries> summaries;
+  for (const auto& cache : caches) {
+    summaries.push_back(BlockSummaries::build(cache.view(), config.block_size));
+  }
+  std::vector<KvHead<KvView<bf16>>> heads;
+  for (std::int64_t g = 0; g < kv_heads; ++g) {
+    heads.push_back(
+        {caches[static_cast<std::size_t>(g)].view(), &summaries[static_cast<std::size_t>(g)]});
+  }
+  const std::span<const KvHead<KvView<bf16>>> kv(heads);
+  const RowMatrix queries = RowMatrix::Random(kv_heads * per_group, head_dim);
+  const auto rows = static_cast<std::size_t>(queries.rows());
+
+  // References: each group's operators called directly.
+  RowMatrix sparse_reference(queries.rows(), head_dim), dense_reference(queries.rows(), head_dim);
+  std::vector<HeadResult> sparse_results(rows), dense_results(rows);
+  for (std::int64_t g = 0; g < kv_heads; ++g) {
+    const auto h = static_cast<std::size_t>(g * per_group);
+    const auto count = static_cast<std::size_t>(per_group);
+    BlockSparseDecode<>(config).decode(queries.middleRows(g * per_group, per_group),
+                                       heads[static_cast<std::size_t>(g)],
+                                       sparse_reference.middleRows(g * per_group, per_group),
+                                       std::span(sparse_results).subspan(h, count));
+    DenseDecode(config.scale)
+        .decode(queries.middleRows(g * per_group, per_group), heads[static_cast<std::size_t>(g)],
+                dense_reference.middleRows(g * per_group, per_group),
+                std::span(dense_results).subspan(h, count));
+  }
+
+  for (const int threads : {2, 4}) {
+    CAPTURE(threads);
+    ThreadPool pool(threads);
+    LayerDecode<BlockSparseDecode<>> layer(BlockSparseDecode<>(config), pool);
+    REQUIRE(&layer.pool() == &pool);
+    RowMatrix out(queries.rows(), head_dim), shadow_out(queries.rows(), head_dim);
+    std::vector<HeadResult> results(rows), shadow_results(rows);
+    for (int call = 0; call < 2; ++call) {  // the second reuses the operators' scratch
+      CAPTURE(call);
+      out.setZero();
+      shadow_out.setZero();
+      const DenseShadow shadow{shadow_out, shadow_results};
+      layer.decode(queries, kv, out, results, &shadow);
+      REQUIRE((out.array() == sparse_reference.array()).all());  // bitwise
+      REQUIRE((shadow_out.array() == dense_reference.array()).all());
+      for (std::size_t h = 0; h < rows; ++h) {
+        REQUIRE(results[h].lse == sparse_results[h].lse);
+        REQUIRE(shadow_results[h].lse == dense_results[h].lse);
+        REQUIRE(shadow_results[h].positions_read == n);
+        REQUIRE(results[h].positions_read < n);
+        REQUIRE(results[h].lse <= shadow_results[h].lse);  // retained mass <= 1
+      }
+      // The caller's own parallel work runs on the same pool between calls.
+      std::atomic<int> tasks{0};
+      pool.parallel_for(16, [&](std::int64_t) { tasks.fetch_add(1); });
+      REQUIRE(tasks.load() == 16);
+    }
+    REQUIRE(layer.group_operators().size() == static_cast<std::size_t>(kv_heads));
+    REQUIRE(&layer.group_operators()[1] == &layer.group_operator(1));
+  }
+}
+
+TEST_CASE("layer decode rejects a shadow output of the wrong shape", "[layer]") {
+  const test::TestCache<float> cache(10, 8);
+  const std::vector<KvHead<KvView<float>>> heads(2, {cache.view(), nullptr});
+  const std::span<const KvHead<KvView<float>>> kv(heads);
+  RowMatrix queries = RowMatrix::Random(4, 8), out(4, 8), wide(4, 9);
+  std::vector<HeadResult> results(4), three(3);
+  LayerDecode<DenseDecode> layer(DenseDecode{}, 1);
+  const DenseShadow bad_out{wide, results};
+  REQUIRE_THROWS_WITH(layer.decode(queries, kv, out, results, &bad_out),
+                      AMC_CONTAINS("shadow.out is [4, 9], expected [4, 8]"));
+  const DenseShadow bad_results{out, three};
+  REQUIRE_THROWS_WITH(layer.decode(queries, kv, out, results, &bad_results),
+                      AMC_CONTAINS("shadow.results has 3 entries, expected 4"));
+}
+
 TEST_CASE("layer decode rejects head counts that do not divide", "[layer]") {
   const test::TestCache<float> cache(10, 8);
   const std::vector<KvHead<KvView<float>>> heads(3, {cache.view(), nullptr});

@@ -88,6 +88,18 @@ std::int64_t Stack::rows() const {
   return total;
 }
 
+void matvec(const Stack& w, const float* x, const float* bias, std::int64_t begin, std::int64_t end,
+            float* y) {
+  std::int64_t first = 0;  // stacked index of the current part's row 0
+  for (const Matrix* m : w.parts) {
+    const std::int64_t lo = std::max(begin, first), hi = std::min(end, first + m->rows);
+    if (lo < hi) {
+      matvec(*m, x, bias != nullptr ? bias + first : nullptr, lo - first, hi - first, y + first);
+    }
+    first += m->rows;
+  }
+}
+
 void matmul(const Stack& w, std::int64_t begin, std::int64_t end, const float* x, std::int64_t n,
             std::int64_t x_stride, const float* bias, float* y, std::int64_t y_stride) {
   const std::int64_t cols = w.cols();

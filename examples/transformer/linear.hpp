@@ -29,6 +29,11 @@ struct Stack {
   std::int64_t cols() const { return parts.front()->cols; }
 };
 
+/// y[r] = <x, W[r]> (+ bias[r]) for stacked rows r in [begin, end): matvec over the parts.
+/// \param bias [rows()] stacked biases, or nullptr
+void matvec(const Stack& w, const float* x, const float* bias, std::int64_t begin, std::int64_t end,
+            float* y);
+
 /// Y[t, r] = <X[t], W[r]> (+ bias[r]) for t < n and stacked rows r in [begin, end), as one
 /// GEMM on an f32 copy of those rows (f32 rows of a single matrix are used in place). Callers
 /// keep [begin, end) fixed for a given stack, independent of the thread count.

@@ -1,6 +1,8 @@
-// The forward pass of every family (family.hpp): prefill (batched, Eigen GEMM, tiled causal
-// attention) and decode (matrix-vector products, attention through amc's decode operators per
-// GQA group). Family differences arrive as Config flags and as empty or present weights.
+// The forward pass of every family (family.hpp), written once over n positions: each layer an
+// attention block and an MLP block. Prefill runs it over a chunk of the prompt (GEMM
+// projections, causal flash-style attention), decode over one position (matrix-vector
+// projections, attention through amc::LayerDecode, dense or sparse). Family differences arrive
+// as Config flags and as empty or present weights.
 #include "model.hpp"
 
 #include <amc/amc.hpp>
@@ -8,7 +10,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include <amc/parallel.hpp>
 #include "linear.hpp"
@@ -77,36 +81,49 @@ void apply_rope(float* x, std::int64_t half, const float* cos, const float* sin)
 }  // namespace
 
 struct Session::Impl {
+  /// Which attention a forward pass runs: prefill attends causally and densely over the cache
+  /// (flash-style, prefill_attention.hpp); decode runs the session's decode attention, dense or
+  /// sparse, through amc::LayerDecode.
+  enum class Pass : std::uint8_t { prefill, decode };
+
   const Config& cfg;
   const Weights& w;
   SessionOptions options;
   KvCache cache;
-  ThreadPool pool;
-  // One operator per KV head (GQA group), as amc::LayerDecode keeps them, run on this session's
-  // pool so that with retained mass the dense and the sparse pass of every group share one
-  // parallel section.
-  std::vector<DenseDecode> dense;           // [kv_heads] dense decode or retained mass
-  std::vector<BlockSparseDecode<>> sparse;  // [kv_heads] sparse decode
+  ThreadPool pool;  // every parallel section of a step: projections, attention, row-wise steps
+  // Decode attention, one of the two, on the session's pool (declared after it: they borrow
+  // it). One layer object serves every model layer: its operators keep scratch only.
+  std::optional<LayerDecode<DenseDecode>> dense_layer;
+  std::optional<LayerDecode<BlockSparseDecode<>>> sparse_layer;
 
   // Shape.
-  std::int64_t hidden, heads, kv_heads, head_dim, half, group, q_dim, kv_dim, inter, vocab;
+  std::int64_t hidden, heads, kv_heads, head_dim, half, group, q_dim, kv_dim, qkv_dim, inter, vocab;
   float attention_scale;
   RotaryTable rope;  // the cos and sin of every position, in the options' convention
 
-  // Decode scratch: vectors of one token.
-  std::vector<float> x, xn, q, k, v, attn, dense_attn, h, tmp, silu_scratch, cos, sin;
-  std::vector<HeadResult> results, dense_results;  // [heads]
-  StepStats stats;
-
-  // Prefill: per layer the stacked [q; k; v] and [gate; up] projections and their biases,
-  // and scratch [tokens, width] row-major matrices of one chunk.
+  // Per layer the stacked [q; k; v] and [gate; up] projections and their biases: one product
+  // each, since they multiply the same input.
   struct LayerStacks {
     std::vector<const Matrix*> qkv, o, gate_up, down;
     std::vector<float> qkv_bias;  // [q_dim + 2 kv_dim], or empty without q/k/v biases
   };
   std::vector<LayerStacks> stacks;
-  std::int64_t qkv_dim;
-  std::vector<float> X, XN, QKV, A, GU, T, COS, SIN;
+  std::vector<const Matrix*> unembedding;  // {lm_head}
+
+  // Activations of the positions in flight, row-major [n, width] (n = 1 in decode).
+  std::vector<float> X;         // [n, hidden] the residual stream
+  std::vector<float> XN;        // [n, hidden] its RMS-normalised copy, the blocks' input
+  std::vector<float> QKV;       // [n, q_dim + 2 kv_dim] Q | K | V per position
+  std::vector<float> A;         // [n, q_dim] attention output
+  std::vector<float> GU;        // [n, 2 inter] gate | up; the gate half becomes silu(gate) * up
+  std::vector<float> T;         // [n, hidden] a block's output before it joins the residual stream
+  std::vector<float> COS, SIN;  // [n, half] RoPE of each position
+  // Decode attention's per-head results, and the dense shadow pass's (retained mass).
+  std::vector<HeadResult> results, dense_results;  // [heads]
+  std::vector<float> dense_attn;                   // [heads, head_dim]
+  std::vector<KvHead<KvView<float>>> kv_f32;       // [kv_heads] this layer's KV heads
+  std::vector<KvHead<KvView<bf16>>> kv_bf16;
+  StepStats stats;
 
   Impl(const Checkpoint& c, SessionOptions o)
       : cfg(c.config()),
@@ -123,30 +140,16 @@ struct Session::Impl {
     group = heads / kv_heads;
     q_dim = heads * head_dim;
     kv_dim = kv_heads * head_dim;
+    qkv_dim = q_dim + 2 * kv_dim;
     inter = cfg.intermediate_size;
     vocab = cfg.vocab_size;
     // The same expression amc's operators use for their default scale, so prefill attention
     // (which takes this scale) and decode attention scale queries identically.
     attention_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
     make_operators();
-    auto size = [](std::vector<float>& b, std::int64_t n) {
-      b.assign(static_cast<std::size_t>(n), 0.0f);
-    };
-    size(x, hidden);
-    size(xn, hidden);
-    size(q, q_dim);
-    size(k, kv_dim);
-    size(v, kv_dim);
-    size(attn, q_dim);
-    size(dense_attn, q_dim);
-    size(h, inter);
-    size(tmp, std::max(hidden, inter));
-    size(silu_scratch, inter);
-    size(cos, half);
-    size(sin, half);
     results.resize(static_cast<std::size_t>(heads));
     dense_results.resize(static_cast<std::size_t>(heads));
-    qkv_dim = q_dim + 2 * kv_dim;
+    dense_attn.assign(static_cast<std::size_t>(q_dim), 0.0f);
     for (const LayerWeights& l : w.layers) {
       LayerStacks st;
       st.qkv = {&l.q, &l.k, &l.v};
@@ -158,6 +161,7 @@ struct Session::Impl {
       st.qkv_bias.insert(st.qkv_bias.end(), l.v_bias.begin(), l.v_bias.end());
       stacks.push_back(std::move(st));
     }
+    unembedding = {&w.lm_head};
   }
 
   /// More threads than the hardware has would only make the spinning workers take turns;
@@ -167,19 +171,16 @@ struct Session::Impl {
     return hardware > 0 ? std::min(requested, hardware) : requested;
   }
 
-  /// The decode operators the options call for, one per KV head.
+  /// The decode attention the options call for. A sparse step with retained mass runs a dense
+  /// shadow pass beside it (LayerDecode's, always exact_f32).
   void make_operators() {
-    sparse.clear();
-    dense.clear();
+    sparse_layer.reset();
+    dense_layer.reset();
     if (const SparseConfig* config = sparse_config(options.attention)) {
-      sparse.assign(static_cast<std::size_t>(kv_heads), BlockSparseDecode<>(*config));
-    }
-    const auto* dense_attention = std::get_if<DenseAttention>(&options.attention);
-    if (dense_attention != nullptr || options.retained_mass) {
-      // The retained-mass pass beside sparse attention is always exact.
-      const AttentionArithmetic arithmetic =
-          dense_attention ? dense_attention->arithmetic : AttentionArithmetic::exact_f32;
-      dense.assign(static_cast<std::size_t>(kv_heads), DenseDecode({}, arithmetic));
+      sparse_layer.emplace(BlockSparseDecode<>(*config), pool);
+    } else {
+      const auto arithmetic = std::get<DenseAttention>(options.attention).arithmetic;
+      dense_layer.emplace(DenseDecode({}, arithmetic), pool);
     }
   }
 
@@ -229,11 +230,134 @@ struct Session::Impl {
               " is outside the vocabulary [0, ", vocab, ")");
   }
 
-  void embed(std::int32_t token, float* out) const {
-    kernels::active().load[kernels::index_of(w.embed.dtype)](w.embed.row(token), out, hidden);
+  // ---- the entry points --------------------------------------------------------------------
+
+  void prefill(std::span<const std::int32_t> tokens, std::span<float> logits, bool all_positions) {
+    constexpr const char* where = "amc::transformer::Session::prefill";
+    const auto n = static_cast<std::int64_t>(tokens.size());
+    AMC_CHECK(n > 0, where, "tokens is empty");
+    for (std::size_t i = 0; i < tokens.size(); ++i) check_token(tokens[i], where, i);
+    const std::int64_t expected = (all_positions ? n : 1) * vocab;
+    AMC_CHECK(static_cast<std::int64_t>(logits.size()) == expected, where, "logits has ",
+              logits.size(), " entries, expected ", expected,
+              all_positions ? " (tokens x vocab_size)" : " (vocab_size)");
+    cache.reserve(cache.positions() + n);
+    for (std::int64_t begin = 0; begin < n; begin += kPrefillChunk) {
+      const std::int64_t count = std::min(kPrefillChunk, n - begin);
+      forward(tokens.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(count)),
+              Pass::prefill);
+      if (all_positions) {
+        logits_of(0, count, logits.data() + begin * vocab);
+      } else if (begin + count == n) {
+        logits_of(count - 1, 1, logits.data());
+      }
+    }
   }
 
-  void angles(std::int64_t position, float* c, float* s) const { rope.cos_sin(position, c, s); }
+  void decode(std::int32_t token, std::span<float> logits) {
+    check_token(token, "amc::transformer::Session::decode", 0);
+    AMC_CHECK(static_cast<std::int64_t>(logits.size()) == vocab,
+              "amc::transformer::Session::decode", "logits has ", logits.size(),
+              " entries, expected vocab_size ", vocab);
+    std::vector<float> retained_mass = std::move(stats.retained_mass);  // keeps its capacity
+    retained_mass.clear();
+    stats = StepStats{.retained_mass = std::move(retained_mass),
+                      .min_retained_mass = std::numeric_limits<float>::quiet_NaN()};
+    forward(std::span(&token, 1), Pass::decode);
+    logits_of(0, 1, logits.data());
+    if (!stats.retained_mass.empty()) {
+      stats.min_retained_mass =
+          *std::min_element(stats.retained_mass.begin(), stats.retained_mass.end());
+    }
+  }
+
+  // ---- the forward pass ----------------------------------------------------------------
+
+  /// The model over `tokens` at positions [p0, p0 + n), p0 = cache.positions(): appends their
+  /// keys and values to the cache and leaves their last hidden states in X.
+  void forward(std::span<const std::int32_t> tokens, Pass pass) {
+    const auto n = static_cast<std::int64_t>(tokens.size());
+    const std::int64_t p0 = cache.positions();
+    for (auto [buffer, width] : {std::pair{&X, hidden},
+                                 {&XN, hidden},
+                                 {&QKV, qkv_dim},
+                                 {&A, q_dim},
+                                 {&GU, 2 * inter},
+                                 {&T, hidden},
+                                 {&COS, half},
+                                 {&SIN, half}}) {
+      buffer->resize(static_cast<std::size_t>(n * width));
+    }
+    const auto& load_embedding = kernels::active().load[kernels::index_of(w.embed.dtype)];
+    for (std::int64_t t = 0; t < n; ++t) {
+      load_embedding(w.embed.row(tokens[static_cast<std::size_t>(t)]), X.data() + t * hidden,
+                     hidden);
+      rope.cos_sin(p0 + t, COS.data() + t * half, SIN.data() + t * half);
+    }
+    for (std::int64_t layer = 0; layer < cfg.num_hidden_layers; ++layer) {
+      attention_block(layer, p0, n, pass);
+      mlp_block(layer, n);
+    }
+    cache.commit(n);
+  }
+
+  /// x += o(attention(rope(norm(q)), rope(norm(k)), v)), q, k, v the projections of rmsnorm(x),
+  /// for every position; the keys and values join the cache.
+  void attention_block(std::int64_t layer, std::int64_t p0, std::int64_t n, Pass pass) {
+    const LayerWeights& l = w.layers[static_cast<std::size_t>(layer)];
+    const LayerStacks& st = stacks[static_cast<std::size_t>(layer)];
+    norm_rows(0, n, l.input_norm.data());
+    project(st.qkv, 8, XN.data(), n, hidden, optional_data(st.qkv_bias), QKV.data(), qkv_dim);
+    for_rows(n, kTokenRows, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t t = b; t < e; ++t) {
+        float* row = QKV.data() + t * qkv_dim;
+        norm_heads(row, heads, head_dim, l.q_norm, cfg.rms_norm_eps);
+        norm_heads(row + q_dim, kv_heads, head_dim, l.k_norm, cfg.rms_norm_eps);
+        for (std::int64_t hd = 0; hd < heads + kv_heads; ++hd) {
+          apply_rope(row + hd * head_dim, half, COS.data() + t * half, SIN.data() + t * half);
+        }
+      }
+    });
+    cache.write(layer, QKV.data() + q_dim, QKV.data() + q_dim + kv_dim, n, qkv_dim);
+    visit_storage<float, bf16>(cache.options().dtype, [&](auto type) {
+      using S = typename decltype(type)::type;
+      if (pass == Pass::decode) {
+        attend_decode<S>(layer, p0 + 1);
+      } else {
+        attend_prefill<S>(layer, p0, n);
+      }
+    });
+    project(st.o, 8, A.data(), n, q_dim, optional_data(l.o_bias), T.data(), hidden,
+            [&](std::int64_t b, std::int64_t e) { add_to_residual(n, b, e); });
+  }
+
+  /// x += down(silu(gate(rmsnorm(x))) * up(rmsnorm(x))), for every position.
+  void mlp_block(std::int64_t layer, std::int64_t n) {
+    const LayerWeights& l = w.layers[static_cast<std::size_t>(layer)];
+    const LayerStacks& st = stacks[static_cast<std::size_t>(layer)];
+    norm_rows(0, n, l.post_norm.data());
+    project(st.gate_up, 16, XN.data(), n, hidden, nullptr, GU.data(), 2 * inter);
+    for_rows(n, kTokenRows, [&](std::int64_t b, std::int64_t e) {
+      thread_local std::vector<float> scratch;
+      scratch.resize(static_cast<std::size_t>(inter));
+      for (std::int64_t t = b; t < e; ++t) {
+        float* gate = GU.data() + t * 2 * inter;
+        silu_mul(gate, gate + inter, gate, inter, scratch.data());
+      }
+    });
+    project(st.down, 4, GU.data(), n, 2 * inter, nullptr, T.data(), hidden,
+            [&](std::int64_t b, std::int64_t e) { add_to_residual(n, b, e); });
+  }
+
+  /// logits [rows, vocab] of the hidden states X[first, first + rows): the final norm, then
+  /// the unembedding.
+  void logits_of(std::int64_t first, std::int64_t rows, float* logits) {
+    norm_rows(first, rows, w.final_norm.data());
+    project(unembedding, 4 * ceil_div(vocab, 4096), XN.data() + first * hidden, rows, hidden,
+            nullptr, logits, vocab);
+  }
+
+  // ---- the forward pass's parallel steps -----------------------------------------------
 
   /// Runs task(begin, end) over [0, rows) in chunks of `chunk` rows on the pool.
   template <class Task>
@@ -242,112 +366,99 @@ struct Session::Impl {
                       [&](std::int64_t i) { task(i * chunk, std::min(rows, (i + 1) * chunk)); });
   }
 
-  /// Rows per decode task for a matrix of `rows` rows (a multiple of 16, at least kRowChunk).
+  /// Y = X W^T (+ bias) for stacked weights W; after each task's rows [b, e) of W,
+  /// epilogue(b, e) runs on the same thread for those columns of Y.
+  /// One position (decode, or a one-token prefill) streams the weights through matvec in
+  /// row_chunk() rows per task; more go through GEMM in `gemm_tiles` tiles of consecutive
+  /// rows. Both split by shape alone (tiles never follow the thread count), so every element
+  /// is computed identically whatever the number of threads. Few large tiles keep Eigen from
+  /// repacking X once per tile; multiples of 4 tiles balance 1, 2 and 4 threads.
+  /// \param x [n, x_stride], the first cols() columns used; y [n, y_stride]
+  template <class Epilogue = void (*)(std::int64_t, std::int64_t)>
+  void project(
+      const std::vector<const Matrix*>& parts, std::int64_t gemm_tiles, const float* x,
+      std::int64_t n, std::int64_t x_stride, const float* bias, float* y, std::int64_t y_stride,
+      Epilogue&& epilogue = [](std::int64_t, std::int64_t) {}) {
+    const Stack stack{parts};
+    const std::int64_t rows = stack.rows();
+    if (n == 1) {
+      for_rows(rows, row_chunk(rows), [&](std::int64_t b, std::int64_t e) {
+        matvec(stack, x, bias, b, e, y);
+        epilogue(b, e);
+      });
+      return;
+    }
+    const std::int64_t tile = ceil_div(ceil_div(rows, gemm_tiles), 16) * 16;
+    for_rows(rows, tile, [&](std::int64_t b, std::int64_t e) {
+      matmul(stack, b, e, x, n, x_stride, bias, y, y_stride);
+      epilogue(b, e);
+    });
+  }
+
+  /// Rows of W per matvec task (a multiple of 16, at least kRowChunk).
   std::int64_t row_chunk(std::int64_t rows) const {
     const std::int64_t chunk = ceil_div(rows, kTasksPerThread * pool.threads());
     return std::max(kRowChunk, ceil_div(chunk, 16) * 16);
   }
 
-  // ---- decode --------------------------------------------------------------------------
-
-  void decode(std::int32_t token, std::span<float> logits) {
-    check_token(token, "amc::transformer::Session::decode", 0);
-    AMC_CHECK(static_cast<std::int64_t>(logits.size()) == vocab,
-              "amc::transformer::Session::decode", "logits has ", logits.size(),
-              " entries, expected vocab_size ", vocab);
-    const std::int64_t position = cache.positions();
-    stats.positions_read = 0;
-    stats.non_finite_heads = 0;
-    stats.first_non_finite_layer = -1;
-    stats.first_non_finite_head = -1;
-    stats.retained_mass.clear();
-    stats.min_retained_mass = std::numeric_limits<float>::quiet_NaN();
-    embed(token, x.data());
-    angles(position, cos.data(), sin.data());
-    for (std::int64_t layer = 0; layer < cfg.num_hidden_layers; ++layer) {
-      const LayerWeights& l = w.layers[static_cast<std::size_t>(layer)];
-      rms_norm(x.data(), l.input_norm.data(), hidden, cfg.rms_norm_eps, xn.data());
-      // q, k and v in one parallel pass: their rows are independent.
-      const std::int64_t q_chunk = row_chunk(q_dim), kv_chunk = row_chunk(kv_dim);
-      const std::int64_t q_tasks = ceil_div(q_dim, q_chunk);
-      const std::int64_t kv_tasks = ceil_div(kv_dim, kv_chunk);
-      pool.parallel_for(q_tasks + 2 * kv_tasks, [&](std::int64_t i) {
-        if (i < q_tasks) {
-          matvec(l.q, xn.data(), optional_data(l.q_bias), i * q_chunk,
-                 std::min(q_dim, (i + 1) * q_chunk), q.data());
-          return;
-        }
-        i -= q_tasks;
-        const bool is_k = i < kv_tasks;
-        if (!is_k) i -= kv_tasks;
-        matvec(is_k ? l.k : l.v, xn.data(), optional_data(is_k ? l.k_bias : l.v_bias), i * kv_chunk,
-               std::min(kv_dim, (i + 1) * kv_chunk), (is_k ? k : v).data());
-      });
-      norm_heads(q.data(), heads, head_dim, l.q_norm, cfg.rms_norm_eps);
-      norm_heads(k.data(), kv_heads, head_dim, l.k_norm, cfg.rms_norm_eps);
-      for (std::int64_t hd = 0; hd < heads; ++hd)
-        apply_rope(q.data() + hd * head_dim, half, cos.data(), sin.data());
-      for (std::int64_t hd = 0; hd < kv_heads; ++hd)
-        apply_rope(k.data() + hd * head_dim, half, cos.data(), sin.data());
-      cache.write(layer, k.data(), v.data(), 1, kv_dim);
-      visit_storage<float, bf16>(cache.options().dtype, [&](auto type) {
-        attend_decode<typename decltype(type)::type>(layer, position + 1);
-      });
-      for_rows(hidden, row_chunk(hidden), [&](std::int64_t b, std::int64_t e) {
-        matvec(l.o, attn.data(), optional_data(l.o_bias), b, e, tmp.data());
-        for (std::int64_t r = b; r < e; ++r) x[r] += tmp[r];
-      });
-      rms_norm(x.data(), l.post_norm.data(), hidden, cfg.rms_norm_eps, xn.data());
-      for_rows(inter, row_chunk(inter), [&](std::int64_t b, std::int64_t e) {
-        matvec(l.gate, xn.data(), nullptr, b, e, h.data());
-        matvec(l.up, xn.data(), nullptr, b, e, tmp.data());
-        silu_mul(h.data() + b, tmp.data() + b, h.data() + b, e - b, silu_scratch.data() + b);
-      });
-      for_rows(hidden, row_chunk(hidden), [&](std::int64_t b, std::int64_t e) {
-        matvec(l.down, h.data(), nullptr, b, e, tmp.data());
-        for (std::int64_t r = b; r < e; ++r) x[r] += tmp[r];
-      });
-    }
-    cache.commit(1);
-    rms_norm(x.data(), w.final_norm.data(), hidden, cfg.rms_norm_eps, xn.data());
-    unembed(xn.data(), logits.data());
-    if (!stats.retained_mass.empty()) {
-      stats.min_retained_mass =
-          *std::min_element(stats.retained_mass.begin(), stats.retained_mass.end());
-    }
-  }
-
-  void unembed(const float* normed, float* logits) {
-    for_rows(vocab, row_chunk(vocab), [&](std::int64_t b, std::int64_t e) {
-      matvec(w.lm_head, normed, nullptr, b, e, logits);
-    });
-  }
-
-  /// Attention of the decode step's queries q [heads, head_dim] over positions [0, positions)
-  /// of each KV head, into attn [heads, head_dim]: the sparse or dense operator per GQA group,
-  /// and with retained mass the dense one as well, all groups (and both) in parallel.
-  template <KvStorage S>
-  void attend_decode(std::int64_t layer, std::int64_t positions) {
-    const bool sparse_step = is_sparse(options.attention);
-    const bool both = sparse_step && options.retained_mass;
-    pool.parallel_for(kv_heads * (both ? 2 : 1), [&](std::int64_t i) {
-      const std::int64_t g = i % kv_heads;
-      const bool run_dense = !sparse_step || i >= kv_heads;
-      const KvHead<KvView<S>> head{cache.view<S>(layer, g, positions), cache.summaries(layer, g)};
-      const std::int64_t offset = g * group * head_dim;
-      const auto queries = map_rows(q.data() + offset, group, head_dim, head_dim);
-      float* out = (run_dense && sparse_step ? dense_attn : attn).data() + offset;
-      const std::span<HeadResult> head_results =
-          std::span(run_dense && sparse_step ? dense_results : results)
-              .subspan(static_cast<std::size_t>(g * group), static_cast<std::size_t>(group));
-      if (run_dense) {
-        dense[static_cast<std::size_t>(g)].decode(
-            queries, head, map_rows(out, group, head_dim, head_dim), head_results);
-      } else {
-        sparse[static_cast<std::size_t>(g)].decode(
-            queries, head, map_rows(out, group, head_dim, head_dim), head_results);
+  /// XN[t] = rmsnorm(X[t]) * weight for t in [first, first + rows), spread over the pool.
+  void norm_rows(std::int64_t first, std::int64_t rows, const float* weight) {
+    for_rows(rows, kTokenRows, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t t = first + b; t < first + e; ++t) {
+        rms_norm(X.data() + t * hidden, weight, hidden, cfg.rms_norm_eps, XN.data() + t * hidden);
       }
     });
+  }
+
+  /// X[:, b:e] += T[:, b:e]: a block's output joins the residual stream, by the task that
+  /// computed those columns.
+  void add_to_residual(std::int64_t n, std::int64_t b, std::int64_t e) {
+    for (std::int64_t t = 0; t < n; ++t) {
+      float* x_row = X.data() + t * hidden;
+      const float* t_row = T.data() + t * hidden;
+      for (std::int64_t r = b; r < e; ++r) x_row[r] += t_row[r];
+    }
+  }
+
+  // ---- attention -----------------------------------------------------------------------
+
+  /// This layer's KV heads over positions [0, positions), as the decode operators take them.
+  template <KvStorage S>
+  std::span<const KvHead<KvView<S>>> kv_heads_of(std::int64_t layer, std::int64_t positions) {
+    std::vector<KvHead<KvView<S>>>& out = [this]() -> auto& {
+      if constexpr (std::same_as<S, float>) {
+        return kv_f32;
+      } else {
+        return kv_bf16;
+      }
+    }
+    ();
+    out.clear();
+    for (std::int64_t g = 0; g < kv_heads; ++g) {
+      out.push_back({cache.view<S>(layer, g, positions), cache.summaries(layer, g)});
+    }
+    return out;
+  }
+
+  /// Attention of the decode step's queries (QKV's first q_dim columns, [heads, head_dim]) over
+  /// positions [0, positions) of each KV head, into A: the session's dense or sparse layer,
+  /// with retained mass the dense shadow pass beside the sparse one.
+  template <KvStorage S>
+  void attend_decode(std::int64_t layer, std::int64_t positions) {
+    const auto kv = kv_heads_of<S>(layer, positions);
+    const auto queries = map_rows(static_cast<const float*>(QKV.data()), heads, head_dim, head_dim);
+    const auto out = map_rows(A.data(), heads, head_dim, head_dim);
+    const bool sparse_step = sparse_layer.has_value();
+    const bool both = sparse_step && options.retained_mass;
+    if (both) {
+      const DenseShadow shadow{map_rows(dense_attn.data(), heads, head_dim, head_dim),
+                               dense_results};
+      sparse_layer->decode(queries, kv, out, results, &shadow);
+    } else if (sparse_step) {
+      sparse_layer->decode(queries, kv, out, results);
+    } else {
+      dense_layer->decode(queries, kv, out, results);
+    }
     if (options.retained_mass) {
       for (std::int64_t hd = 0; hd < heads; ++hd) {
         const auto i = static_cast<std::size_t>(hd);
@@ -370,142 +481,15 @@ struct Session::Impl {
       a.layer = layer;
       a.positions = positions;
       a.group = group;
-      a.queries = q.data();
-      a.output = attn.data();
+      a.queries = QKV.data();
+      a.output = A.data();
       a.results = results;
       if (both) {
         a.dense_output = dense_attn.data();
         a.dense_results = dense_results;
       }
-      a.sparse_operators = sparse;
+      if (sparse_step) a.sparse_operators = sparse_layer->group_operators();
       options.on_layer(a);
-    }
-  }
-
-  // ---- prefill -------------------------------------------------------------------------
-
-  void prefill(std::span<const std::int32_t> tokens, std::span<float> logits, bool all_positions) {
-    constexpr const char* where = "amc::transformer::Session::prefill";
-    const auto n = static_cast<std::int64_t>(tokens.size());
-    AMC_CHECK(n > 0, where, "tokens is empty");
-    for (std::size_t i = 0; i < tokens.size(); ++i) check_token(tokens[i], where, i);
-    const std::int64_t expected = (all_positions ? n : 1) * vocab;
-    AMC_CHECK(static_cast<std::int64_t>(logits.size()) == expected, where, "logits has ",
-              logits.size(), " entries, expected ", expected,
-              all_positions ? " (tokens x vocab_size)" : " (vocab_size)");
-    cache.reserve(cache.positions() + n);
-    for (std::int64_t begin = 0; begin < n; begin += kPrefillChunk) {
-      const std::int64_t count = std::min(kPrefillChunk, n - begin);
-      const bool last = begin + count == n;
-      float* out = all_positions ? logits.data() + begin * vocab : (last ? logits.data() : nullptr);
-      forward_batch(
-          tokens.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(count)), out,
-          all_positions);
-    }
-  }
-
-  /// Y = X W^T (+ bias) for a stack of weights, in `tasks` tiles of consecutive rows run on the
-  /// pool; after each tile, epilogue(begin, end) runs on the same thread for its columns.
-  /// Tiles are fixed by the shape and `tasks` (never by the thread count), so every element
-  /// is computed identically whatever the number of threads. Few large tiles keep Eigen from
-  /// repacking X once per tile; multiples of 4 tasks balance 1, 2 and 4 threads.
-  template <class Epilogue>
-  void product(const std::vector<const Matrix*>& parts, std::int64_t tasks, const float* input,
-               std::int64_t n, std::int64_t x_stride, const float* bias, float* y,
-               std::int64_t y_stride, Epilogue&& epilogue) {
-    const Stack stack{parts};
-    const std::int64_t rows = stack.rows();
-    const std::int64_t tile = ceil_div(ceil_div(rows, tasks), 16) * 16;
-    for_rows(rows, tile, [&](std::int64_t b, std::int64_t e) {
-      matmul(stack, b, e, input, n, x_stride, bias, y, y_stride);
-      epilogue(b, e);
-    });
-  }
-
-  void forward_batch(std::span<const std::int32_t> tokens, float* logits, bool all_positions) {
-    const auto n = static_cast<std::int64_t>(tokens.size());
-    const std::int64_t p0 = cache.positions();
-    auto size = [n](std::vector<float>& b, std::int64_t width) {
-      b.resize(static_cast<std::size_t>(n * width));
-    };
-    size(X, hidden);
-    size(XN, hidden);
-    size(QKV, qkv_dim);  // [Q | K | V] per token
-    size(A, q_dim);
-    size(GU, 2 * inter);  // [gate | up] per token; the gate half becomes silu(gate) * up
-    size(T, hidden);
-    size(COS, half);
-    size(SIN, half);
-    for (std::int64_t t = 0; t < n; ++t) {
-      embed(tokens[static_cast<std::size_t>(t)], X.data() + t * hidden);
-      angles(p0 + t, COS.data() + t * half, SIN.data() + t * half);
-    }
-    const auto no_epilogue = [](std::int64_t, std::int64_t) {};
-    const auto residual = [&](std::int64_t b, std::int64_t e) { add_columns(n, b, e); };
-    for (std::int64_t layer = 0; layer < cfg.num_hidden_layers; ++layer) {
-      const LayerWeights& l = w.layers[static_cast<std::size_t>(layer)];
-      const LayerStacks& st = stacks[static_cast<std::size_t>(layer)];
-      norm_rows(n, l.input_norm.data());
-      product(st.qkv, 8, XN.data(), n, hidden, optional_data(st.qkv_bias), QKV.data(), qkv_dim,
-              no_epilogue);
-      for_rows(n, kTokenRows, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t t = b; t < e; ++t) {
-          const float* c = COS.data() + t * half;
-          const float* s = SIN.data() + t * half;
-          float* row = QKV.data() + t * qkv_dim;
-          norm_heads(row, heads, head_dim, l.q_norm, cfg.rms_norm_eps);
-          norm_heads(row + q_dim, kv_heads, head_dim, l.k_norm, cfg.rms_norm_eps);
-          for (std::int64_t hd = 0; hd < heads + kv_heads; ++hd)
-            apply_rope(row + hd * head_dim, half, c, s);
-        }
-      });
-      cache.write(layer, QKV.data() + q_dim, QKV.data() + q_dim + kv_dim, n, qkv_dim);
-      visit_storage<float, bf16>(cache.options().dtype, [&](auto type) {
-        attend_prefill<typename decltype(type)::type>(layer, p0, n);
-      });
-      product(st.o, 8, A.data(), n, q_dim, optional_data(l.o_bias), T.data(), hidden, residual);
-      norm_rows(n, l.post_norm.data());
-      product(st.gate_up, 16, XN.data(), n, hidden, nullptr, GU.data(), 2 * inter, no_epilogue);
-      for_rows(n, kTokenRows, [&](std::int64_t b, std::int64_t e) {
-        thread_local std::vector<float> scratch;
-        scratch.resize(static_cast<std::size_t>(inter));
-        for (std::int64_t t = b; t < e; ++t) {
-          float* g = GU.data() + t * 2 * inter;
-          silu_mul(g, g + inter, g, inter, scratch.data());
-        }
-      });
-      product(st.down, 4, GU.data(), n, 2 * inter, nullptr, T.data(), hidden, residual);
-    }
-    cache.commit(n);
-    if (logits == nullptr) return;
-    if (all_positions) {
-      norm_rows(n, w.final_norm.data());
-      const std::vector<const Matrix*> head{&w.lm_head};
-      product(head, 4 * ceil_div(vocab, 4096), XN.data(), n, hidden, nullptr, logits, vocab,
-              no_epilogue);
-    } else {
-      // The last token's logits through the decode path's unembedding.
-      rms_norm(X.data() + (n - 1) * hidden, w.final_norm.data(), hidden, cfg.rms_norm_eps,
-               xn.data());
-      unembed(xn.data(), logits);
-    }
-  }
-
-  /// XN = rmsnorm(X) * weight, row by row, rows spread over the pool.
-  void norm_rows(std::int64_t n, const float* weight) {
-    for_rows(n, kTokenRows, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t t = b; t < e; ++t) {
-        rms_norm(X.data() + t * hidden, weight, hidden, cfg.rms_norm_eps, XN.data() + t * hidden);
-      }
-    });
-  }
-
-  /// X[:, b:e] += T[:, b:e] (the residual of a tile, by the task that computed it).
-  void add_columns(std::int64_t n, std::int64_t b, std::int64_t e) {
-    for (std::int64_t t = 0; t < n; ++t) {
-      float* x_row = X.data() + t * hidden;
-      const float* t_row = T.data() + t * hidden;
-      for (std::int64_t r = b; r < e; ++r) x_row[r] += t_row[r];
     }
   }
 
