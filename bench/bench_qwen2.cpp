@@ -186,8 +186,8 @@ int main(int argc, char** argv) {
                  "checkpoint directory (written synthetically when absent) or GGUF file");
   app.add_option("--weight-dtype", weight_dtype,
                  "weight matrices in memory; auto: as a safetensors checkpoint stores them, bf16 "
-                 "for GGUF")
-      ->check(CLI::IsMember({"auto", "bf16", "f32"}));
+                 "for GGUF; stored: a GGUF file's quantized blocks as they are")
+      ->check(CLI::IsMember({"auto", "bf16", "f32", "stored"}));
   app.add_option("--threads", threads, "threads")->check(CLI::Range(1, 256));
   app.add_option("--steps", steps, "decode steps per measurement")->check(CLI::Range(1, 10000));
   app.add_option("--rounds", rounds, "measurement rounds (medians are reported)")
@@ -198,7 +198,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"tiny", "qwen2-0.5b"}));
   CLI11_PARSE(app, argc, argv);
 
-  const LoadOptions load_options{.weight_dtype = parse_weight_dtype(weight_dtype)};
+  const LoadOptions load_options =
+      weight_dtype == "stored" ? LoadOptions{.keep_blocks = true}
+                               : LoadOptions{.weight_dtype = parse_weight_dtype(weight_dtype)};
   if (!is_gguf_file(model) &&
       !std::filesystem::exists(std::filesystem::path(model) / "config.json")) {
     std::printf("writing a synthetic %s-shaped bf16 checkpoint to %s ...\n", shape.c_str(),

@@ -61,8 +61,9 @@ const dequant::DequantTable& table() {
 
 /// Checks the arguments and returns the kernel index and the block count.
 std::pair<std::size_t, std::size_t> check(GgmlType type, std::size_t in_bytes, std::size_t out_size,
-                                          const char* out_type) {
-  constexpr const char* where = "amc::dequantize";
+                                          const char* out_type,
+                                          const char* where = "amc::dequantize",
+                                          const char* out_name = "the output") {
   const std::optional<dequant::Kind> kind = kind_of(type);
   const std::optional<GgmlTypeLayout> layout = ggml_type_layout(static_cast<std::uint32_t>(type));
   AMC_CHECK(kind.has_value() && layout.has_value(), where, "type ",
@@ -72,8 +73,9 @@ std::pair<std::size_t, std::size_t> check(GgmlType type, std::size_t in_bytes, s
             "Q4_K, Q5_K and Q6_K)");
   const auto block_elements = static_cast<std::size_t>(layout->block_elements);
   const auto block_bytes = static_cast<std::size_t>(layout->block_bytes);
-  AMC_CHECK(out_size % block_elements == 0, where, layout->name, ": the output holds ", out_size,
-            " ", out_type, " values, not a multiple of the block of ", block_elements, " elements");
+  AMC_CHECK(out_size % block_elements == 0, where, layout->name, ": ", out_name, " holds ",
+            out_size, " ", out_type, " values, not a multiple of the block of ", block_elements,
+            " elements");
   const std::size_t blocks = out_size / block_elements;
   // blocks * block_bytes cannot overflow: it is at most 4 bytes per element (F32) of an
   // output that exists in memory.
@@ -84,6 +86,16 @@ std::pair<std::size_t, std::size_t> check(GgmlType type, std::size_t in_bytes, s
 }
 
 }  // namespace
+
+QuantizedDotKernel quantized_dot_kernel(GgmlType type) {
+  const auto [kind, none] = check(type, 0, 0, "f32", "amc::quantized_dot_kernel");
+  return table().dot[kind];
+}
+
+float quantized_dot(GgmlType type, std::span<const float> x, std::span<const std::byte> blocks) {
+  const auto [kind, count] = check(type, blocks.size(), x.size(), "f32", "amc::quantized_dot", "x");
+  return count == 0 ? 0.0f : table().dot[kind](x.data(), blocks.data(), count);
+}
 
 bool can_dequantize(GgmlType type) noexcept { return kind_of(type).has_value(); }
 

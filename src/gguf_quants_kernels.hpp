@@ -13,12 +13,15 @@
 // and NaN scales (inf * 0 is NaN either way).
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -569,6 +572,163 @@ void plain_f16_avx2(const std::byte* in_bytes, Out* __restrict out, std::size_t 
 }
 #endif  // __AVX2__ && __FMA__
 
+#if defined(__AVX2__) && defined(__FMA__)
+// --- Dot products with f32 activations, AVX2 ---------------------------------------------------
+// The decode's matrix-vector products on stored blocks (issue 35): each block decoded in
+// registers exactly as the dequantization above decodes it, then multiplied with x and summed
+// in four 8-lane accumulators (element i of a block of 32 into accumulator i / 8, lane i % 8),
+// which are added pairwise at the end. No dequantized row is ever written to memory.
+
+/// (a0 + a1) + (a2 + a3), then its 8 lanes pairwise: the fixed end of every AVX2 dot kernel.
+inline float sum_accumulators(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
+/// A block of 32 as four 8-float vectors (elements 0-7, 8-15, 16-23, 24-31), signed quants
+/// times d.
+struct Block32 {
+  __m256 w[4];
+};
+
+inline Block32 signed32_times(__m256i q, __m256 d) {
+  const __m128i low = _mm256_castsi256_si128(q);
+  const __m128i high = _mm256_extracti128_si256(q, 1);
+  return {{_mm256_mul_ps(i8x8_to_ps(low), d), _mm256_mul_ps(i8x8_to_ps(_mm_srli_si128(low, 8)), d),
+           _mm256_mul_ps(i8x8_to_ps(high), d),
+           _mm256_mul_ps(i8x8_to_ps(_mm_srli_si128(high, 8)), d)}};
+}
+
+inline Block32 unsigned32_fma(__m256i q, __m256 d, __m256 m) {
+  const __m128i low = _mm256_castsi256_si128(q);
+  const __m128i high = _mm256_extracti128_si256(q, 1);
+  return {{_mm256_fmadd_ps(u8x8_to_ps(low), d, m),
+           _mm256_fmadd_ps(u8x8_to_ps(_mm_srli_si128(low, 8)), d, m),
+           _mm256_fmadd_ps(u8x8_to_ps(high), d, m),
+           _mm256_fmadd_ps(u8x8_to_ps(_mm_srli_si128(high, 8)), d, m)}};
+}
+
+/// The dot product over `blocks` blocks of 32 of `Bytes` bytes each, decode(in) giving one
+/// block's values.
+template <std::size_t Bytes, class Decode>
+inline float dot32_avx2(const float* __restrict x, const std::byte* in_bytes, std::size_t blocks,
+                        const Decode& decode) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  for (std::size_t b = 0; b < blocks; ++b, in += Bytes, x += 32) {
+    const Block32 w = decode(in);
+    for (int k = 0; k < 4; ++k)
+      acc[k] = _mm256_fmadd_ps(w.w[k], _mm256_loadu_ps(x + 8 * k), acc[k]);
+  }
+  return sum_accumulators(acc[0], acc[1], acc[2], acc[3]);
+}
+
+[[maybe_unused]] float q8_0_dot_avx2(const float* x, const std::byte* in, std::size_t blocks) {
+  return dot32_avx2<34>(x, in, blocks, [](const u8* block) {
+    return signed32_times(load32(block + 2), _mm256_set1_ps(half_to_float(load_u16(block))));
+  });
+}
+
+[[maybe_unused]] float q4_0_dot_avx2(const float* x, const std::byte* in, std::size_t blocks) {
+  return dot32_avx2<18>(x, in, blocks, [](const u8* block) {
+    return signed32_times(_mm256_sub_epi8(nibbles32(block + 2), _mm256_set1_epi8(8)),
+                          _mm256_set1_ps(half_to_float(load_u16(block))));
+  });
+}
+
+[[maybe_unused]] float q4_1_dot_avx2(const float* x, const std::byte* in, std::size_t blocks) {
+  return dot32_avx2<20>(x, in, blocks, [](const u8* block) {
+    return unsigned32_fma(nibbles32(block + 4), _mm256_set1_ps(half_to_float(load_u16(block))),
+                          _mm256_set1_ps(half_to_float(load_u16(block + 2))));
+  });
+}
+#endif  // __AVX2__ && __FMA__
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__F16C__)
+// --- Dot products with f32 activations, AVX-512 ----------------------------------------------
+// As the AVX2 ones at twice the width: a block of 32 is two 16-float vectors, blocks taken in
+// pairs, so four accumulators (element i of block b into accumulator 2 (b % 2) + i / 16, lane
+// i % 16), added pairwise at the end. The f16 scales through F16C (exact, as half_to_float).
+
+inline float scale_at(const u8* p) { return _cvtsh_ss(load_u16(p)); }
+
+/// ((a0 + a1) + (a2 + a3)), then its 16 lanes (the compiler's reduction order, fixed per build).
+inline float sum_accumulators(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+struct Block32x16 {
+  __m512 w[2];
+};
+
+/// Bytes 0-15 of a Q4 block's nibbles, low nibbles (elements 0-15) and high (16-31), as ints.
+inline void nibbles16x2(const u8* qs, __m512i& low, __m512i& high) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  low = _mm512_cvtepu8_epi32(_mm_and_si128(raw, mask));
+  high = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), mask));
+}
+
+template <std::size_t Bytes, class Decode>
+inline float dot32_avx512(const float* __restrict x, const std::byte* in_bytes, std::size_t blocks,
+                          const Decode& decode) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps()};
+  std::size_t b = 0;
+  for (; b + 2 <= blocks; b += 2, in += 2 * Bytes, x += 64) {
+    const Block32x16 w0 = decode(in), w1 = decode(in + Bytes);
+    acc[0] = _mm512_fmadd_ps(w0.w[0], _mm512_loadu_ps(x), acc[0]);
+    acc[1] = _mm512_fmadd_ps(w0.w[1], _mm512_loadu_ps(x + 16), acc[1]);
+    acc[2] = _mm512_fmadd_ps(w1.w[0], _mm512_loadu_ps(x + 32), acc[2]);
+    acc[3] = _mm512_fmadd_ps(w1.w[1], _mm512_loadu_ps(x + 48), acc[3]);
+  }
+  if (b < blocks) {
+    const Block32x16 w0 = decode(in);
+    acc[0] = _mm512_fmadd_ps(w0.w[0], _mm512_loadu_ps(x), acc[0]);
+    acc[1] = _mm512_fmadd_ps(w0.w[1], _mm512_loadu_ps(x + 16), acc[1]);
+  }
+  return sum_accumulators(acc[0], acc[1], acc[2], acc[3]);
+}
+
+float q8_0_dot_avx512(const float* x, const std::byte* in, std::size_t blocks) {
+  return dot32_avx512<34>(x, in, blocks, [](const u8* block) {
+    const __m512 d = _mm512_set1_ps(scale_at(block));
+    const __m512i q0 =
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2)));
+    const __m512i q1 =
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 18)));
+    return Block32x16{
+        {_mm512_mul_ps(_mm512_cvtepi32_ps(q0), d), _mm512_mul_ps(_mm512_cvtepi32_ps(q1), d)}};
+  });
+}
+
+float q4_0_dot_avx512(const float* x, const std::byte* in, std::size_t blocks) {
+  return dot32_avx512<18>(x, in, blocks, [](const u8* block) {
+    const __m512 d = _mm512_set1_ps(scale_at(block));
+    __m512i low, high;
+    nibbles16x2(block + 2, low, high);
+    const __m512i eight = _mm512_set1_epi32(8);
+    return Block32x16{{_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(low, eight)), d),
+                       _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(high, eight)), d)}};
+  });
+}
+
+float q4_1_dot_avx512(const float* x, const std::byte* in, std::size_t blocks) {
+  return dot32_avx512<20>(x, in, blocks, [](const u8* block) {
+    const __m512 d = _mm512_set1_ps(scale_at(block));
+    const __m512 m = _mm512_set1_ps(scale_at(block + 2));
+    __m512i low, high;
+    nibbles16x2(block + 4, low, high);
+    return Block32x16{{_mm512_fmadd_ps(_mm512_cvtepi32_ps(low), d, m),
+                       _mm512_fmadd_ps(_mm512_cvtepi32_ps(high), d, m)}};
+  });
+}
+#endif  // __AVX512F__ && __AVX512BW__ && __F16C__
+
 template <class Out>
 using Kernel = void (*)(const std::byte*, Out*, std::size_t);
 
@@ -638,12 +798,116 @@ constexpr Kernel<Out> kernel_for(Kind kind) {
   return nullptr;
 }
 
+/// Elements and bytes of one block of `kind` (1 element for the plain types).
+constexpr std::size_t block_elements(Kind kind) {
+  switch (kind) {
+    case Kind::F32:
+    case Kind::F16:
+    case Kind::BF16:
+      return 1;
+    case Kind::Q4_K:
+    case Kind::Q5_K:
+    case Kind::Q6_K:
+      return 256;
+    default:
+      return 32;
+  }
+}
+
+constexpr std::size_t block_bytes(Kind kind) {
+  switch (kind) {
+    case Kind::F32:
+      return 4;
+    case Kind::F16:
+    case Kind::BF16:
+      return 2;
+    case Kind::Q4_0:
+      return 18;
+    case Kind::Q4_1:
+      return 20;
+    case Kind::Q5_0:
+      return 22;
+    case Kind::Q5_1:
+      return 24;
+    case Kind::Q8_0:
+      return 34;
+    case Kind::Q4_K:
+      return 144;
+    case Kind::Q5_K:
+      return 176;
+    case Kind::Q6_K:
+      return 210;
+  }
+  return 0;
+}
+
+/// The dot product of any type: the table's dequantization into a chunk of 256 values in L1,
+/// then products summed in 32 lanes (element i of the chunk into lane i % 32), added pairwise
+/// at the end. Every table has it; the AVX2 ones replace it where a fused kernel exists.
+template <Kind K>
+float dot_by_chunks(const float* __restrict x, const std::byte* in, std::size_t blocks) {
+  constexpr std::size_t kElements = block_elements(K), kBytes = block_bytes(K);
+  constexpr std::size_t kBlocksPerChunk = 256 / kElements;
+  constexpr Kernel<float> decode = kernel_for<float>(K);
+  alignas(64) float w[256];
+  float acc[32] = {};
+  for (std::size_t b = 0; b < blocks; b += kBlocksPerChunk) {
+    const std::size_t count = std::min(kBlocksPerChunk, blocks - b);
+    decode(in + b * kBytes, w, count);
+    const float* __restrict xb = x + b * kElements;
+    const std::size_t n = count * kElements;
+    std::size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      for (int l = 0; l < 32; ++l) acc[l] += w[i + l] * xb[i + l];
+    }
+    // A plain type's last partial chunk: fewer than 32 values, lane t for value i + t.
+    for (std::size_t t = 0; t < n - i && t < 32; ++t) acc[t] += w[i + t] * xb[i + t];
+  }
+  for (int width = 16; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
+  }
+  return acc[0];
+}
+
+template <std::size_t... I>
+constexpr std::array<DotKernel, kKinds> chunk_dots(std::index_sequence<I...>) {
+  return {&dot_by_chunks<static_cast<Kind>(I)>...};
+}
+
+constexpr DotKernel dot_for(Kind kind) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__F16C__)
+  switch (kind) {
+    case Kind::Q8_0:
+      return q8_0_dot_avx512;
+    case Kind::Q4_0:
+      return q4_0_dot_avx512;
+    case Kind::Q4_1:
+      return q4_1_dot_avx512;
+    default:
+      break;
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  switch (kind) {
+    case Kind::Q8_0:
+      return q8_0_dot_avx2;
+    case Kind::Q4_0:
+      return q4_0_dot_avx2;
+    case Kind::Q4_1:
+      return q4_1_dot_avx2;
+    default:
+      break;
+  }
+#endif
+  return chunk_dots(std::make_index_sequence<kKinds>{})[static_cast<std::size_t>(kind)];
+}
+
 DequantTable make_table(std::string_view name) {
   DequantTable table;
   table.name = name;
   for (std::size_t k = 0; k < kKinds; ++k) {
     table.to_f32[k] = kernel_for<float>(static_cast<Kind>(k));
     table.to_bf16[k] = kernel_for<bf16>(static_cast<Kind>(k));
+    table.dot[k] = dot_for(static_cast<Kind>(k));
   }
   return table;
 }

@@ -19,11 +19,16 @@ inline constexpr std::size_t kKinds = 11;
 /// times as many values out. The input may have any alignment.
 using F32Kernel = void (*)(const std::byte* in, float* out, std::size_t blocks);
 using Bf16Kernel = void (*)(const std::byte* in, bf16* out, std::size_t blocks);
+/// <x, the blocks dequantized> over `blocks` whole blocks (x holds as many values): products of
+/// x with the exact dequantized values, summed in f32 (gguf_quants_kernels.hpp says in which
+/// order for each instruction set).
+using DotKernel = float (*)(const float* x, const std::byte* in, std::size_t blocks);
 
 struct DequantTable {
   std::string_view name;  ///< "scalar" (the baseline flags), "avx2", "avx512"
   F32Kernel to_f32[kKinds] = {};
   Bf16Kernel to_bf16[kKinds] = {};
+  DotKernel dot[kKinds] = {};
 };
 
 const DequantTable& dequant_scalar_table();

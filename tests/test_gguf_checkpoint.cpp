@@ -303,6 +303,31 @@ TEST_CASE("a GGUF file computes what the safetensors checkpoint of its values co
       const Checkpoint mapped = Checkpoint::load(files.gguf, in_ordinary_pages);
       CHECK(mapped.weight_memory() == WeightMemory::mapped);
       CHECK(run_logits(mapped) == run_logits(gguf_bf16));
+
+      // Blocks kept as stored (--weight-dtype stored), in huge pages and in ordinary memory:
+      // plain f32 matrices are the f32 run bitwise; Q8_0 and Q4_0 blocks multiply the same
+      // exact values in another order of f32 sums (amc::quantized_dot), so the logits agree to
+      // rounding: within 1e-5 of their range (test_real_model measures 6e-7 on SmolLM2).
+      const std::vector<float> widened = run_logits(gguf);
+      for (const WeightMemory memory : {WeightMemory::huge_pages, WeightMemory::mapped}) {
+        const Checkpoint kept =
+            Checkpoint::load(files.gguf, {.weights = memory, .keep_blocks = true});
+        CHECK(kept.blocks_kept());
+        CHECK(kept.weights().layers[0].q.blocks.has_value() == (storage != Storage::f32));
+        const std::vector<float> got = run_logits(kept);
+        if (storage == Storage::f32) {
+          CHECK(got == widened);
+          continue;
+        }
+        REQUIRE(got.size() == widened.size());
+        const auto [low, high] = std::minmax_element(widened.begin(), widened.end());
+        double largest = 0.0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          largest = std::max(largest, std::abs(static_cast<double>(got[i]) - widened[i]));
+        }
+        INFO("max |stored - widened| " << largest << " of a range " << (*high - *low));
+        CHECK(largest <= 1e-5 * (*high - *low));
+      }
     }
   }
 }
@@ -383,6 +408,10 @@ TEST_CASE("a GGUF file's config comes from its metadata, and what is not impleme
   const fs::path good = refused({});
   REQUIRE_THROWS_WITH(Checkpoint::load(good, {.weight_dtype = amc::StorageType::f16}),
                       AMC_CONTAINS("options.weight_dtype is f16; expected bf16 or f32"));
+  REQUIRE_THROWS_WITH(
+      Checkpoint::load(good, {.weight_dtype = amc::StorageType::f32, .keep_blocks = true}),
+      AMC_CONTAINS("options.keep_blocks keeps the stored types, options.weight_dtype (f32) asks "
+                   "for another: set one of them"));
   CHECK(is_gguf_file(good));
   CHECK_FALSE(is_gguf_file(dir / "st"));
   CHECK_FALSE(is_gguf_file(dir / "st" / "config.json"));

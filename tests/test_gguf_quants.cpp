@@ -12,9 +12,11 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "amc/error.hpp"
@@ -382,4 +384,135 @@ TEST_CASE("dequantize: fuzz_gguf regressions give bf16 equal to to_bf16 of f32 (
     }
   }
   CHECK(files > 0);
+}
+
+namespace {
+
+/// Blocks of `type` with random quants and finite scales between 2^-12 and 2^-2 (random signs):
+/// what a real file holds, so that the dot product's rounding is what is measured.
+std::vector<std::uint8_t> finite_blocks(GgmlType type, std::size_t offset, std::size_t blocks) {
+  const Layout layout = layout_of(type);
+  std::vector<std::uint8_t> b = random_bytes(offset + blocks * layout.bytes);
+  std::uniform_int_distribution<int> exponent(3, 13);  // f16 biased exponents: 2^-12 .. 2^-2
+  for (std::size_t block = 0; block < blocks; ++block) {
+    for (const int at : layout.scales) {
+      const std::size_t i = offset + block * layout.bytes + static_cast<std::size_t>(at);
+      const auto bits = static_cast<std::uint16_t>((rng()() & 0x83FFu) | (exponent(rng()) << 10));
+      b[i] = static_cast<std::uint8_t>(bits & 0xFF);
+      b[i + 1] = static_cast<std::uint8_t>(bits >> 8);
+    }
+  }
+  return b;
+}
+
+/// Element e of a plain-type tensor at byte `at`, by hand.
+double plain_reference(GgmlType type, const std::vector<std::uint8_t>& b, std::size_t at) {
+  switch (type) {
+    case GgmlType::F32: {
+      float f;
+      std::memcpy(&f, b.data() + at, sizeof f);
+      return f;
+    }
+    case GgmlType::F16:
+      return f16_value(u16_at(b, at));
+    default:  // BF16
+      return std::bit_cast<float>(static_cast<std::uint32_t>(u16_at(b, at)) << 16);
+  }
+}
+
+/// quantized_dot against sum_e x_e w_e in double; the bound of the documented order: each of
+/// 32 lanes sums n / 32 products (plus the final pairwise sums and the product's own
+/// rounding), so |error| <= (n / 32 + 8) u sum |x_e w_e|, u = 2^-24.
+void check_dot(GgmlType type, std::size_t blocks, std::size_t offset,
+               const std::vector<std::uint8_t>& buffer, int elements, int bytes,
+               const std::function<double(std::size_t at, int e)>& value) {
+  const std::size_t n = blocks * static_cast<std::size_t>(elements);
+  std::vector<float> x(n);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (float& v : x) v = uniform(rng());
+  double exact = 0.0, magnitude = 0.0;
+  for (std::size_t block = 0; block < blocks; ++block) {
+    for (int e = 0; e < elements; ++e) {
+      const double w = value(offset + block * static_cast<std::size_t>(bytes), e);
+      const double p =
+          static_cast<double>(
+              x[block * static_cast<std::size_t>(elements) + static_cast<std::size_t>(e)]) *
+          w;
+      exact += p;
+      magnitude += std::abs(p);
+    }
+  }
+  const float got = amc::quantized_dot(
+      type, x, as_bytes(buffer, offset).first(blocks * static_cast<std::size_t>(bytes)));
+  const double bound = (static_cast<double>(n) / 32.0 + 8.0) * 0x1p-24 * magnitude;
+  INFO(amc::to_string(type) << ", " << blocks << " blocks at offset " << offset << ": got " << got
+                            << ", exact " << exact << ", bound " << bound);
+  CHECK(std::abs(static_cast<double>(got) - exact) <= bound);
+}
+
+}  // namespace
+
+TEST_CASE("quantized_dot: every type against the products in double, within its bound",
+          "[gguf_quants]") {
+  INFO("kernel table: " << amc::kernels::active().name);
+  for (const GgmlType type : block_types) {
+    const Layout layout = layout_of(type);
+    // 9 and 40 blocks of 32 cross the generic kernel's chunks of 256 values.
+    for (const std::size_t blocks :
+         {std::size_t{1}, std::size_t{3}, std::size_t{9}, std::size_t{40}}) {
+      for (const std::size_t offset : {std::size_t{0}, std::size_t{3}}) {
+        const std::vector<std::uint8_t> buffer = finite_blocks(type, offset, blocks);
+        check_dot(type, blocks, offset, buffer, layout.elements, layout.bytes,
+                  [&](std::size_t at, int e) { return reference(type, buffer, at, e); });
+      }
+    }
+  }
+  for (const auto& [type, bytes] :
+       {std::pair{GgmlType::F32, 4}, std::pair{GgmlType::F16, 2}, std::pair{GgmlType::BF16, 2}}) {
+    for (const std::size_t n : {std::size_t{1}, std::size_t{31}, std::size_t{300}}) {
+      std::vector<std::uint8_t> buffer(n * static_cast<std::size_t>(bytes));
+      std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+      for (std::size_t i = 0; i < n; ++i) {
+        const float v = uniform(rng());
+        if (type == GgmlType::F32) {
+          std::memcpy(buffer.data() + 4 * i, &v, 4);
+        } else {
+          const std::uint16_t h =
+              type == GgmlType::F16 ? amc::to_f16(v).bits : amc::to_bf16(v).bits;
+          buffer[2 * i] = static_cast<std::uint8_t>(h & 0xFF);
+          buffer[2 * i + 1] = static_cast<std::uint8_t>(h >> 8);
+        }
+      }
+      check_dot(type, n, 0, buffer, 1, bytes,
+                [&](std::size_t at, int) { return plain_reference(type, buffer, at); });
+    }
+  }
+}
+
+TEST_CASE("quantized_dot: a NaN or infinite scale makes the sum NaN or infinite, not a number",
+          "[gguf_quants]") {
+  for (const GgmlType type : block_types) {
+    const Layout layout = layout_of(type);
+    std::vector<std::uint8_t> buffer = finite_blocks(type, 0, 9);
+    const std::size_t at = 4 * static_cast<std::size_t>(layout.bytes) +
+                           static_cast<std::size_t>(layout.scales.front());
+    buffer[at] = 0x00;  // f16 +inf: 0x7C00
+    buffer[at + 1] = 0x7C;
+    const std::vector<float> x(9 * static_cast<std::size_t>(layout.elements), 1.0f);
+    INFO(amc::to_string(type));
+    CHECK_FALSE(std::isfinite(amc::quantized_dot(type, x, as_bytes(buffer))));
+  }
+}
+
+TEST_CASE("quantized_dot: size and type errors", "[gguf_quants]") {
+  const std::vector<std::uint8_t> buffer(40);
+  const std::vector<float> x(33);
+  REQUIRE_THROWS_WITH(amc::quantized_dot(GgmlType::Q4_1, x, as_bytes(buffer)),
+                      AMC_CONTAINS("amc::quantized_dot: Q4_1: x holds 33 f32 values, not a "
+                                   "multiple of the block of 32 elements"));
+  REQUIRE_THROWS_WITH(
+      amc::quantized_dot(GgmlType::Q4_1, std::span(x).first(32), as_bytes(buffer)),
+      AMC_CONTAINS("40 bytes of blocks given but 32 elements need 1 blocks of 20 bytes = 20"));
+  REQUIRE_THROWS_WITH(amc::quantized_dot_kernel(GgmlType::Q2_K),
+                      AMC_CONTAINS("amc::quantized_dot_kernel: type Q2_K is not implemented"));
 }

@@ -306,6 +306,10 @@ void check_load_options(const LoadOptions& options) {
                 *options.weight_dtype == StorageType::f32,
             kWhere, "options.weight_dtype is ",
             options.weight_dtype ? to_string(*options.weight_dtype) : "", "; expected bf16 or f32");
+  AMC_CHECK(!options.keep_blocks || !options.weight_dtype, kWhere,
+            "options.keep_blocks keeps the stored types, options.weight_dtype (",
+            options.weight_dtype ? to_string(*options.weight_dtype) : "",
+            ") asks for another: set one of them");
 }
 
 Checkpoint Checkpoint::load(const std::filesystem::path& dir, const LoadOptions& options) {

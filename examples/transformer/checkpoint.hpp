@@ -6,12 +6,14 @@
 //   streams are copied once, byte for byte, into transparent huge pages (WeightMemory).
 // - GGUF (llama.cpp's single file, gguf_checkpoint.cpp): the config from the file's metadata,
 //   every tensor dequantized at load (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
-//   Q6_K) into LoadOptions::weight_dtype (bf16 by default), and the Q/K row permutation of
-//   llama-architecture files undone, so the forward pass is the Hugging Face one.
+//   Q6_K) into LoadOptions::weight_dtype (bf16 by default), or, with LoadOptions::keep_blocks,
+//   the block-quantized matrices kept as stored; the Q/K row permutation of llama-architecture
+//   files undone either way, so the forward pass is the Hugging Face one.
 #pragma once
 
 #include <amc/aligned.hpp>
 #include <amc/huge_pages.hpp>
+#include <amc/io/gguf.hpp>
 #include <amc/io/safetensors.hpp>
 #include <amc/storage.hpp>
 
@@ -27,21 +29,27 @@
 namespace amc::transformer {
 
 /// A non-owning view of one weight matrix [rows, cols], row-major (a Linear's [out, in]).
-/// `data` points at rows * cols elements of `dtype`, which the owning Checkpoint keeps alive.
+/// `data` points at rows * cols elements of `dtype`, or, for a matrix kept as the ggml blocks a
+/// GGUF file stores (LoadOptions::keep_blocks), at rows rows of cols / block_elements blocks of
+/// `blocks`, block_row_bytes apart. The owning Checkpoint keeps it alive.
 struct Matrix {
-  StorageType dtype = StorageType::f32;
+  StorageType dtype = StorageType::f32;  ///< the element type; unused when `blocks` is set
   const void* data = nullptr;
   std::int64_t rows = 0;
   std::int64_t cols = 0;
+  std::optional<GgmlType> blocks;   ///< the ggml block type of rows kept as stored
+  std::size_t block_row_bytes = 0;  ///< bytes of one row of blocks
 
   // Not amc::storage_size: this runs twice per row in the decode loop (matvec), where its
   // check for an invalid type would cost a compare and branch per row.
   std::size_t element_bytes() const { return dtype == StorageType::f32 ? 4 : 2; }
-  std::size_t bytes() const { return static_cast<std::size_t>(rows * cols) * element_bytes(); }
-  /// First element of row r (of `dtype`).
+  std::size_t row_bytes() const {
+    return blocks ? block_row_bytes : static_cast<std::size_t>(cols) * element_bytes();
+  }
+  std::size_t bytes() const { return static_cast<std::size_t>(rows) * row_bytes(); }
+  /// First byte of row r.
   const void* row(std::int64_t r) const {
-    return static_cast<const std::byte*>(data) +
-           static_cast<std::size_t>(r * cols) * element_bytes();
+    return static_cast<const std::byte*>(data) + static_cast<std::size_t>(r) * row_bytes();
   }
 };
 
@@ -105,7 +113,14 @@ struct LoadOptions {
   /// for a GGUF file (whose quantized types have no in-memory matrix of their own). A value
   /// that differs from what a safetensors checkpoint stores converts the matrices at load (f32
   /// exactly; bf16 rounded to nearest even), at the cost of a copy.
-  std::optional<StorageType> weight_dtype;
+  std::optional<StorageType> weight_dtype = std::nullopt;
+  /// GGUF: keep every block-quantized matrix (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) as
+  /// the file stores its blocks (`--weight-dtype stored`), multiplied by kernels on the blocks
+  /// (amc::quantized_dot in decode, a dequantized tile per GEMM in prefill), so a decode step
+  /// streams the file's bytes, not a widened copy. Plain matrices keep their dtype (F32 and BF16;
+  /// F16 is widened to f32, exactly). Requires weight_dtype unset; ignored for safetensors,
+  /// whose matrices are kept as stored anyway.
+  bool keep_blocks = false;
 };
 
 /// The file formats Checkpoint::load reads.
@@ -162,6 +177,9 @@ class Checkpoint {
   /// they were dequantized into. Not Matrix::dtype, which is f32 for a matrix the loader had
   /// to copy, and not config.json's torch_dtype, which only declares it.
   StorageType weight_dtype() const { return weight_dtype_; }
+  /// Whether block-quantized matrices were kept as stored (LoadOptions::keep_blocks on a GGUF
+  /// file); weight_dtype() then says bf16, the dtype the KV cache defaults to for them.
+  bool blocks_kept() const { return blocks_kept_; }
   /// For a GGUF file, the ggml types of its tensors with their counts, most numerous first
   /// ("Q4_1 x210, F32 x61, Q8_0 x1"); empty for safetensors.
   const std::string& stored_types() const { return stored_types_; }
@@ -184,6 +202,7 @@ class Checkpoint {
   HugePageBuffer weight_copy_;
   Weights weights_;
   StorageType weight_dtype_ = StorageType::bf16;
+  bool blocks_kept_ = false;
   WeightMemory weight_memory_ = WeightMemory::mapped;
   CheckpointFormat format_ = CheckpointFormat::safetensors;
   std::string stored_types_;

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 #include <thread>
@@ -200,8 +201,10 @@ Config config_from_gguf(const GgufFile& file) {
 /// Finds, checks and dequantizes the tensors of a GGUF file into a Checkpoint.
 class GgufLoader {
  public:
-  GgufLoader(Checkpoint& c, const GgufFile& file, StorageType dtype, int threads)
-      : c_(c), file_(file), dtype_(dtype), pool_(threads) {}
+  /// \param dtype       what matrices are dequantized into
+  /// \param keep_blocks keep block-quantized matrices as stored instead (LoadOptions)
+  GgufLoader(Checkpoint& c, const GgufFile& file, StorageType dtype, bool keep_blocks, int threads)
+      : c_(c), file_(file), dtype_(dtype), keep_blocks_(keep_blocks), pool_(threads) {}
 
   template <class... Parts>
   [[noreturn]] void fail(Parts&&... parts) const {
@@ -252,6 +255,16 @@ class GgufLoader {
     m.dtype = dtype_;
     m.rows = rows;
     m.cols = cols;
+    if (keep_blocks_) {
+      // can_dequantize (find) has checked the type: it has a layout.
+      if (ggml_type_layout(static_cast<std::uint32_t>(t.type))->block_elements > 1) {
+        m.blocks = t.type;
+        m.block_row_bytes = file_.bytes(t).size() / static_cast<std::size_t>(rows);
+      } else {
+        // Plain types as they are where the forward pass has them; F16 exactly in f32.
+        m.dtype = t.type == GgmlType::BF16 ? StorageType::bf16 : StorageType::f32;
+      }
+    }
     pending_.push_back({&m, &t, heads});
     return &m;
   }
@@ -284,13 +297,12 @@ class GgufLoader {
   /// Dequantizes every recorded matrix, in order, into one block: huge pages when asked for
   /// (and granted by the kernel), else ordinary aligned memory.
   void dequantize_matrices(WeightMemory memory) {
-    const std::size_t element = storage_size(dtype_);
     auto padded = [](std::size_t bytes) {
       return (bytes + kCacheLine - 1) / kCacheLine * kCacheLine;
     };
     std::size_t total = 0;
     for (const Pending& p : pending_) {
-      total += padded(static_cast<std::size_t>(p.matrix->rows * p.matrix->cols) * element);
+      total += padded(p.matrix->bytes());
     }
     std::byte* block = nullptr;
     c_.weight_memory_ = WeightMemory::mapped;
@@ -310,7 +322,7 @@ class GgufLoader {
     std::size_t offset = 0;
     for (const Pending& p : pending_) {
       p.matrix->data = block + offset;
-      offset += padded(static_cast<std::size_t>(p.matrix->rows * p.matrix->cols) * element);
+      offset += padded(p.matrix->bytes());
       dequantize_rows(p);
     }
   }
@@ -344,7 +356,9 @@ class GgufLoader {
             bytes.subspan(static_cast<std::size_t>(r) * row_bytes, row_bytes);
         auto* row = static_cast<std::byte*>(const_cast<void*>(m.row(to)));
         const auto cols = static_cast<std::size_t>(m.cols);
-        if (dtype_ == StorageType::f32) {
+        if (m.blocks) {
+          std::memcpy(row, from.data(), row_bytes);  // a row of blocks, as stored
+        } else if (m.dtype == StorageType::f32) {
           dequantize(p.tensor->type, from, std::span(reinterpret_cast<float*>(row), cols));
         } else {
           dequantize(p.tensor->type, from, std::span(reinterpret_cast<bf16*>(row), cols));
@@ -356,6 +370,7 @@ class GgufLoader {
   Checkpoint& c_;
   const GgufFile& file_;
   StorageType dtype_;
+  bool keep_blocks_;
   ThreadPool pool_;
   std::set<std::string> used_;
   std::vector<Pending> pending_;
@@ -390,7 +405,8 @@ Checkpoint Checkpoint::load_gguf(const std::filesystem::path& path, const LoadOp
   c.stored_types_ = count_types(file);
   const Config& cfg = c.config_;
   const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
-  GgufLoader loader(c, file, c.weight_dtype_, threads);
+  c.blocks_kept_ = options.keep_blocks;
+  GgufLoader loader(c, file, c.weight_dtype_, options.keep_blocks, threads);
 
   const std::int64_t hidden = cfg.hidden_size;
   const std::int64_t q_rows = cfg.num_attention_heads * cfg.head_dim;

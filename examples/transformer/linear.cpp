@@ -2,6 +2,7 @@
 #include "linear.hpp"
 
 #include <amc/error.hpp>
+#include <amc/io/gguf_quants.hpp>
 #include <amc/kernels/kernel_table.hpp>
 
 #include <algorithm>
@@ -64,8 +65,49 @@ void gemm_f32(const float* a, std::int64_t a_stride, const float* b, std::int64_
   gemm_choice().function(a, a_stride, b, b_stride, c, c_stride, m, n, k, transposed, accumulate);
 }
 
+namespace {
+
+/// Bytes a matvec over rows of blocks prefetches ahead.
+constexpr std::size_t kPrefetchBytes = 4096;
+
+/// matvec over rows kept as ggml blocks: amc::quantized_dot's kernel per row.
+void matvec_blocks(const Matrix& w, const float* x, const float* bias, std::int64_t begin,
+                   std::int64_t end, float* y) {
+  const QuantizedDotKernel dot = quantized_dot_kernel(*w.blocks);
+  const auto blocks_per_row = static_cast<std::size_t>(
+      w.cols / ggml_type_layout(static_cast<std::uint32_t>(*w.blocks))->block_elements);
+  // As matvec below, but by bytes: its 4 rows ahead are 4.5 KB of bf16 rows of 576, and
+  // rows of blocks are 3-4x shorter.
+  const auto prefetch_rows =
+      static_cast<std::int64_t>(std::max<std::size_t>(4, kPrefetchBytes / w.block_row_bytes));
+  const auto* data = static_cast<const std::byte*>(w.data);
+  for (std::int64_t r = begin; r < end; ++r) {
+#if defined(__GNUC__)
+    if (r + prefetch_rows < w.rows) {
+      const std::byte* ahead =
+          data + static_cast<std::size_t>(r + prefetch_rows) * w.block_row_bytes;
+      for (std::size_t b = 0; b < w.block_row_bytes; b += 64) __builtin_prefetch(ahead + b);
+    }
+#endif
+    y[r] = dot(x, data + static_cast<std::size_t>(r) * w.block_row_bytes, blocks_per_row) +
+           (bias != nullptr ? bias[r] : 0.0f);
+  }
+}
+
+}  // namespace
+
+void row_to_f32(const Matrix& w, std::int64_t r, float* out) {
+  if (w.blocks) {
+    dequantize(*w.blocks, std::span(static_cast<const std::byte*>(w.row(r)), w.block_row_bytes),
+               std::span(out, static_cast<std::size_t>(w.cols)));
+    return;
+  }
+  kernels::active().load[kernels::index_of(w.dtype)](w.row(r), out, w.cols);
+}
+
 void matvec(const Matrix& w, const float* x, const float* bias, std::int64_t begin,
             std::int64_t end, float* y) {
+  if (w.blocks) return matvec_blocks(w, x, bias, begin, end, y);
   const auto dot = kernels::active().dot[kernels::index_of(w.dtype)];
   // Prefetching the row kPrefetchRows ahead keeps more cache misses in flight than the hardware
   // prefetcher alone: one thread then streams the weights ~10% faster (40 vs 36 GB/s here).
@@ -113,13 +155,21 @@ void matmul(const Stack& w, std::int64_t begin, std::int64_t end, const float* x
   for (const Matrix* m : w.parts) {
     const std::int64_t lo = std::max(begin, first), hi = std::min(end, first + m->rows);
     if (lo < hi) {
-      if (lo == begin && hi == end && m->dtype == StorageType::f32) {
+      if (lo == begin && hi == end && !m->blocks && m->dtype == StorageType::f32) {
         b = static_cast<const float*>(m->row(lo - first));
         break;
       }
       tile.resize(static_cast<std::size_t>(rows * cols));
-      kernels::active().load[kernels::index_of(m->dtype)](
-          m->row(lo - first), tile.data() + (lo - begin) * cols, (hi - lo) * cols);
+      float* to = tile.data() + (lo - begin) * cols;
+      if (m->blocks) {  // stored blocks dequantized per tile (the same values as at load)
+        dequantize(*m->blocks,
+                   std::span(static_cast<const std::byte*>(m->row(lo - first)),
+                             static_cast<std::size_t>(hi - lo) * m->block_row_bytes),
+                   std::span(to, static_cast<std::size_t>((hi - lo) * cols)));
+      } else {
+        kernels::active().load[kernels::index_of(m->dtype)](m->row(lo - first), to,
+                                                            (hi - lo) * cols);
+      }
       b = tile.data();
     }
     first += m->rows;

@@ -14,7 +14,12 @@
 
 namespace amc::transformer {
 
-/// y[r] = <x, W[r]> (+ bias[r]) for r in [begin, end).
+/// out = row r of W as f32 (dequantized when W keeps ggml blocks).
+/// \param out [W.cols]
+void row_to_f32(const Matrix& w, std::int64_t r, float* out);
+
+/// y[r] = <x, W[r]> (+ bias[r]) for r in [begin, end): amc's dot kernel of W's dtype, or, for
+/// rows kept as ggml blocks, amc::quantized_dot's kernel of their type.
 /// \param x    [W.cols] f32
 /// \param bias [W.rows] or nullptr
 /// \param y    [W.rows]: only entries [begin, end) are written

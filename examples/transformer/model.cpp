@@ -288,10 +288,8 @@ struct Session::Impl {
                                  {&SIN, half}}) {
       buffer->resize(static_cast<std::size_t>(n * width));
     }
-    const auto& load_embedding = kernels::active().load[kernels::index_of(w.embed.dtype)];
     for (std::int64_t t = 0; t < n; ++t) {
-      load_embedding(w.embed.row(tokens[static_cast<std::size_t>(t)]), X.data() + t * hidden,
-                     hidden);
+      row_to_f32(w.embed, tokens[static_cast<std::size_t>(t)], X.data() + t * hidden);
       rope.cos_sin(p0 + t, COS.data() + t * half, SIN.data() + t * half);
     }
     for (std::int64_t layer = 0; layer < cfg.num_hidden_layers; ++layer) {

@@ -49,8 +49,8 @@ void SessionFlags::validate(std::string_view where) const {
   if (!one_of(kv_dtype, {"auto", "bf16", "f32"})) {
     refuse(where, "--kv-dtype: expected auto, bf16 or f32, got '", kv_dtype, "'");
   }
-  if (!one_of(weight_dtype, {"auto", "bf16", "f32"})) {
-    refuse(where, "--weight-dtype: expected auto, bf16 or f32, got '", weight_dtype, "'");
+  if (!one_of(weight_dtype, {"auto", "bf16", "f32", "stored"})) {
+    refuse(where, "--weight-dtype: expected auto, bf16, f32 or stored, got '", weight_dtype, "'");
   }
   if (!one_of(rope_angles, {"auto", "transformers", "exact"})) {
     refuse(where, "--rope-angles: expected auto, transformers or exact, got '", rope_angles, "'");
@@ -63,6 +63,7 @@ int SessionFlags::thread_count() const {
 }
 
 LoadOptions SessionFlags::load_options() const {
+  if (weight_dtype == "stored") return {.keep_blocks = true};
   return {.weight_dtype = parse_weight_dtype(weight_dtype)};
 }
 
@@ -85,8 +86,9 @@ void add_session_flags(CLI::App& app, SessionFlags& flags) {
       ->capture_default_str();
   app.add_option("--weight-dtype", flags.weight_dtype,
                  "weight matrices in memory; auto: as a safetensors checkpoint stores them, bf16 "
-                 "for GGUF (dequantized at load)")
-      ->type_name("auto|bf16|f32")
+                 "for GGUF (dequantized at load); stored: a GGUF file's quantized blocks as they "
+                 "are, multiplied on the blocks")
+      ->type_name("auto|bf16|f32|stored")
       ->capture_default_str();
   app.add_option("--rope-angles", flags.rope_angles,
                  "RoPE angles: transformers (float32, as transformers computes them) or exact "

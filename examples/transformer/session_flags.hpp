@@ -19,10 +19,11 @@ namespace amc::transformer {
 /// The flags as given (text, so that every tool checks them with validate() and names the
 /// flag and the value the same way).
 struct SessionFlags {
-  std::string threads;                ///< "" (not given): every hardware thread
-  std::string kv_dtype = "auto";      ///< auto|bf16|f32; auto: auto_kv_dtype(), the weights'
-  std::string weight_dtype = "auto";  ///< auto|bf16|f32; auto: as stored, bf16 for GGUF
-  std::string rope_angles = "auto";   ///< auto|transformers|exact; auto: auto_rope_angles()
+  std::string threads;            ///< "" (not given): every hardware thread
+  std::string kv_dtype = "auto";  ///< auto|bf16|f32; auto: auto_kv_dtype(), the weights'
+  /// auto|bf16|f32|stored; auto: as stored, bf16 for GGUF; stored: GGUF blocks kept
+  std::string weight_dtype = "auto";
+  std::string rope_angles = "auto";  ///< auto|transformers|exact; auto: auto_rope_angles()
 
   /// Throws amc::error "<where>: --flag: ..., got VALUE" for the first bad value (without the
   /// prefix when `where` is empty: for a tool that prints its own name first).
@@ -50,7 +51,8 @@ void record_session(Json& out, const SessionFlags& flags, const SessionOptions& 
   out["kv_dtype_requested"] = flags.kv_dtype;
   out["rope_angles"] = std::string(to_string(resolved.rope_angles.value()));
   out["rope_angles_requested"] = flags.rope_angles;
-  out["weight_dtype"] = std::string(to_string(checkpoint.weight_dtype()));
+  out["weight_dtype"] =
+      checkpoint.blocks_kept() ? "stored" : std::string(to_string(checkpoint.weight_dtype()));
   out["weight_dtype_requested"] = flags.weight_dtype;
 }
 

@@ -10,6 +10,8 @@ it to amc-generate), run as
   $AMC_GENERATE --model MODEL.gguf --weight-dtype f32 --kv-dtype f32 --prompt-ids IDS -n 1
                 --logits-out OUT.safetensors --threads 2
 
+(and again with --weight-dtype stored: the Q4_1 and Q8_0 blocks kept as the file stores them)
+
 which writes the logits of each generated step as the F32 tensor "logits" [steps, vocab]; with
 -n 1 that is the prediction after the last prompt position, compared here with the reference's:
 max |amc - ref| <= 1e-3 * (max(ref) - min(ref)), and the same argmax.
@@ -168,7 +170,8 @@ def read_safetensors(path):
     return tensors
 
 
-def test_amc_logits_match_reference(reference, tmp_path):
+@pytest.mark.parametrize("weight_dtype", ["f32", "stored"])
+def test_amc_logits_match_reference(reference, tmp_path, weight_dtype):
     tool = os.environ.get("AMC_GENERATE")
     if not tool:
         pytest.fail("AMC_GENERATE is not set: the amc generation tool to test, e.g. "
@@ -176,7 +179,7 @@ def test_amc_logits_match_reference(reference, tmp_path):
     if not os.access(tool, os.X_OK):
         pytest.fail(f"AMC_GENERATE={tool} is not an executable: build amc-generate")
     out = tmp_path / "logits.safetensors"
-    args = [tool, "--model", reference["path"], "--weight-dtype", "f32", "--kv-dtype", "f32",
+    args = [tool, "--model", reference["path"], "--weight-dtype", weight_dtype, "--kv-dtype", "f32",
             "--prompt-ids", ",".join(map(str, reference["ids"])), "-n", "1",
             "--logits-out", str(out), "--threads", "2"]
     start = time.perf_counter()
@@ -189,7 +192,7 @@ def test_amc_logits_match_reference(reference, tmp_path):
     amc = logits[0].astype(np.float64)
     error = np.abs(amc - ref).max()
     scale = ref.max() - ref.min()
-    print(f"amc vs reference: max |diff| {error:.3g}, {error / scale:.3g} of the logits' range {scale:.3g}")
+    print(f"amc ({weight_dtype} weights) vs reference: max |diff| {error:.3g}, {error / scale:.3g} of the logits' range {scale:.3g}")
     assert error <= TOLERANCE * scale, f"max |amc - ref| = {error:.4g} > {TOLERANCE} * {scale:.4g}"
     assert int(np.argmax(amc)) == int(np.argmax(ref))
 

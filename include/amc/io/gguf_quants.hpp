@@ -30,4 +30,23 @@ void dequantize(GgmlType type, std::span<const std::byte> blocks, std::span<floa
 /// a NaN result's sign unspecified). Every other element is to_bf16 of the f32 one, exactly.
 void dequantize(GgmlType type, std::span<const std::byte> blocks, std::span<bf16> out);
 
+/// A dot product of f32 values with stored blocks: <x, dequantize(blocks)> over `blocks` whole
+/// blocks (x holds blocks * block_elements values). The products are those of x with the exact
+/// dequantized values; they are summed in f32 in an order fixed per instruction set (AVX2 and
+/// AVX-512: four 8-lane accumulators, decoded in registers for Q8_0, Q4_0 and Q4_1; every other
+/// type and table: the dequantized values in chunks of 256, 32 lanes), so the result is
+/// deterministic on one machine, and within (blocks * block_elements / 32 + 8) f32 roundings
+/// of the products' absolute sum of the exact one. Unchecked: quantized_dot() checks.
+using QuantizedDotKernel = float (*)(const float* x, const std::byte* blocks,
+                                     std::size_t block_count);
+
+/// The active instruction set's (amc::kernels::active()) dot kernel for `type`: for a caller
+/// that multiplies many rows, e.g. a matrix-vector product on stored weights. Throws as
+/// dequantize() does for a type it does not implement.
+QuantizedDotKernel quantized_dot_kernel(GgmlType type);
+
+/// <x, dequantize(type, blocks)>, checked: x.size() a multiple of the type's block and
+/// blocks.size() exactly its bytes (amc::error "amc::quantized_dot: ..." otherwise).
+float quantized_dot(GgmlType type, std::span<const float> x, std::span<const std::byte> blocks);
+
 }  // namespace amc
