@@ -6,7 +6,8 @@
 //                                        a buffer touched beforehand (no page faults timed);
 //                                        prints elements/s per type and the whole file's time
 //
-// Items per second are elements (dequantized values) per second.
+// Items per second are elements (dequantized values) per second; for Matvec/*, weights
+// multiplied per second (one thread, the matrix in L2).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -20,6 +21,8 @@
 
 #include "amc/io/gguf.hpp"
 #include "amc/io/gguf_quants.hpp"
+#include "amc/kernels/kernel_table.hpp"
+#include "amc/storage.hpp"
 
 namespace {
 
@@ -88,6 +91,48 @@ void BM_Dequantize(benchmark::State& state, amc::GgmlType type) {
                           static_cast<std::int64_t>(blocks.size() + out.size() * sizeof(Out)));
 }
 
+/// A matrix-vector product on stored blocks, as the decode runs it (--weight-dtype stored): every
+/// row of a [1536, 576] matrix (SmolLM2's gate projection; 0.9 M weights, in L2 for the block
+/// types) through amc::quantized_dot's kernel. Items are weights; the bf16 row is the same
+/// product on bf16 weights through the operators' dot kernel, the widened layout's baseline.
+constexpr std::int64_t kRows = 1536, kCols = 576;
+
+void BM_QuantizedMatvec(benchmark::State& state, amc::GgmlType type) {
+  const amc::GgmlTypeLayout layout = *amc::ggml_type_layout(static_cast<std::uint32_t>(type));
+  const std::vector<std::byte> blocks = random_blocks(type, kRows * kCols);
+  const std::size_t row_bytes = blocks.size() / static_cast<std::size_t>(kRows);
+  const auto per_row = static_cast<std::size_t>(kCols / layout.block_elements);
+  const std::vector<float> x(static_cast<std::size_t>(kCols), 0.25f);
+  std::vector<float> y(static_cast<std::size_t>(kRows));
+  const amc::QuantizedDotKernel dot = amc::quantized_dot_kernel(type);
+  for (auto _ : state) {
+    for (std::int64_t r = 0; r < kRows; ++r) {
+      y[static_cast<std::size_t>(r)] =
+          dot(x.data(), blocks.data() + static_cast<std::size_t>(r) * row_bytes, per_row);
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kRows * kCols);
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(blocks.size()));
+}
+
+void BM_Bf16Matvec(benchmark::State& state) {
+  std::vector<amc::bf16> w(static_cast<std::size_t>(kRows * kCols), amc::to_bf16(0.5f));
+  const std::vector<float> x(static_cast<std::size_t>(kCols), 0.25f);
+  std::vector<float> y(static_cast<std::size_t>(kRows));
+  const auto dot = amc::kernels::active().dot[amc::kernels::index_of(amc::StorageType::bf16)];
+  for (auto _ : state) {
+    for (std::int64_t r = 0; r < kRows; ++r) {
+      y[static_cast<std::size_t>(r)] = dot(x.data(), w.data() + r * kCols, kCols);
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kRows * kCols);
+  state.SetBytesProcessed(state.iterations() * kRows * kCols * 2);
+}
+
 void register_benchmarks() {
   using amc::GgmlType;
   for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
@@ -97,6 +142,12 @@ void register_benchmarks() {
     benchmark::RegisterBenchmark(("Dequantize/f32/" + name).c_str(), BM_Dequantize<float>, type);
     benchmark::RegisterBenchmark(("Dequantize/bf16/" + name).c_str(), BM_Dequantize<amc::bf16>,
                                  type);
+  }
+  benchmark::RegisterBenchmark("Matvec/bf16-widened", BM_Bf16Matvec);
+  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                              GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    benchmark::RegisterBenchmark(("Matvec/stored/" + std::string(amc::to_string(type))).c_str(),
+                                 BM_QuantizedMatvec, type);
   }
 }
 

@@ -359,7 +359,7 @@ def measure(a, engine: str, variant: str, depth: int, threads: int, ids: list[in
     """One decode-speed measurement: tokens/s and what else the tool reported."""
     if engine == "amc":
         s = run_amc(a.amc, a.model, ["--prompt-ids", ",".join(map(str, ids)), "-n", str(a.speed_tokens),
-                                     "--ignore-eos", "--attention", variant], threads)
+                                     "--ignore-eos", "--attention", variant] + a.amc_flags.split(), threads)
         return s["summary"]["decode_tokens_per_s"], {
             "prompt_tokens": len(ids), "decode_steps": len(s["tokens"]) - 1,
             "prefill_tokens_per_s": s["summary"]["prefill_tokens_per_s"],
@@ -490,8 +490,9 @@ def summary_md(info: dict, g: dict | None, rows: list[dict] | None) -> str:
     if rows:
         L.append(f"## Decode tokens/s (median of {info['rounds']} interleaved rounds; threads {info['speed_threads']})\n")
         L.append("amc: `amc-generate --prompt-ids` (D ids of real text, 1 at depth 0) `-n "
-                 f"{info['speed_tokens']} --ignore-eos`, the summary's decode_tokens_per_s (defaults: bf16 weights "
-                 f"and KV cache; sparse: `--attention sparse` with amc-generate's default selection, "
+                 f"{info['speed_tokens']} --ignore-eos{(' ' + info['amc_flags']) if info.get('amc_flags') else ''}`, "
+                 f"the summary's decode_tokens_per_s (weights bf16 unless --weight-dtype stored keeps the file's "
+                 f"blocks; KV cache bf16; sparse: `--attention sparse` with amc-generate's default selection, "
                  f"{info.get('amc_sparse_defaults', '?')}). llama.cpp: "
                  f"`llama-bench -p 0 -n {info['speed_tokens']} -d D -t T -fa 0|1 -r 1` (KV cache f16, random "
                  f"tokens), one call per round. Order in a round: per thread count and depth, amc dense, "
@@ -550,6 +551,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2, help="threads of the greedy runs")
     ap.add_argument("--speed-threads", default="2", help="comma-separated thread counts of the speed runs")
+    ap.add_argument("--amc-flags", default="",
+                    help="more amc-generate flags for the speed runs, e.g. '--weight-dtype stored'")
     ap.add_argument("--skip-greedy", action="store_true")
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--llama-only", action="store_true",
@@ -563,7 +566,7 @@ def main() -> None:
     info = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": machine(), "loadavg_start": loadavg(), "model": a.model, "tokens": a.tokens,
             "speed_tokens": a.speed_tokens, "rounds": a.rounds, "threads": a.threads, "depths": a.depths,
-            "speed_threads": a.speed_threads,
+            "speed_threads": a.speed_threads, "amc_flags": a.amc_flags,
             "versions": dict(v.split("=", 1) for v in a.version)}
     prompts = read_prompts(a.prompts)
     if not a.llama_only:

@@ -2,6 +2,8 @@
 // in gguf_quants_kernels.hpp, compiled once per instruction set.
 #include "amc/io/gguf_quants.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
 
@@ -54,6 +56,15 @@ const dequant::DequantTable& choose_table() {
   return dequant::dequant_scalar_table();
 }
 
+/// AVX-512 VNNI with 256-bit vectors (AVX512VL), which the avx512 table's Q8 kernels use.
+bool cpu_has_vnni() {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
 const dequant::DequantTable& table() {
   static const dequant::DequantTable& chosen = choose_table();
   return chosen;
@@ -95,6 +106,40 @@ QuantizedDotKernel quantized_dot_kernel(GgmlType type) {
 float quantized_dot(GgmlType type, std::span<const float> x, std::span<const std::byte> blocks) {
   const auto [kind, count] = check(type, blocks.size(), x.size(), "f32", "amc::quantized_dot", "x");
   return count == 0 ? 0.0f : table().dot[kind](x.data(), blocks.data(), count);
+}
+
+void quantize_activations(std::span<const float> x, Q8Activations& out) {
+  AMC_CHECK(x.size() % 32 == 0, "amc::quantize_activations", "x holds ", x.size(),
+            " values, not a multiple of the block of 32");
+  const std::size_t blocks = x.size() / 32;
+  out.q.resize(x.size());
+  out.scale.resize(blocks);
+  out.sum.resize(blocks);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const float* v = x.data() + 32 * b;
+    float largest = 0.0f;
+    for (int j = 0; j < 32; ++j) largest = std::max(largest, std::abs(v[j]));
+    const float d = largest / 127.0f;
+    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+    std::int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      const auto q = static_cast<std::int8_t>(std::round(v[j] * inverse));
+      out.q[32 * b + static_cast<std::size_t>(j)] = q;
+      sum += q;
+    }
+    out.scale[b] = d;
+    out.sum[b] = sum;
+  }
+}
+
+Q8DotKernel q8_dot_kernel(GgmlType type) {
+  constexpr const char* where = "amc::q8_dot_kernel";
+  AMC_CHECK(type == GgmlType::Q8_0 || type == GgmlType::Q4_0 || type == GgmlType::Q4_1, where,
+            "type ", to_string(type), " has no 8-bit activation kernel (Q8_0, Q4_0, Q4_1 have)");
+  const auto kind = static_cast<std::size_t>(*kind_of(type));
+  static const bool vnni = cpu_has_vnni();
+  if (vnni && table().q8_dot_vnni[kind] != nullptr) return table().q8_dot_vnni[kind];
+  return table().q8_dot[kind];
 }
 
 bool can_dequantize(GgmlType type) noexcept { return kind_of(type).has_value(); }

@@ -579,6 +579,9 @@ void plain_f16_avx2(const std::byte* in_bytes, Out* __restrict out, std::size_t 
 // in four 8-lane accumulators (element i of a block of 32 into accumulator i / 8, lane i % 8),
 // which are added pairwise at the end. No dequantized row is ever written to memory.
 
+/// An f16 scale as f32: F16C's conversion (exact, as half_to_float, in one instruction).
+inline float scale_f16(const u8* p) { return _cvtsh_ss(load_u16(p)); }
+
 /// (a0 + a1) + (a2 + a3), then its 8 lanes pairwise: the fixed end of every AVX2 dot kernel.
 inline float sum_accumulators(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
   const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
@@ -628,21 +631,21 @@ inline float dot32_avx2(const float* __restrict x, const std::byte* in_bytes, st
 
 [[maybe_unused]] float q8_0_dot_avx2(const float* x, const std::byte* in, std::size_t blocks) {
   return dot32_avx2<34>(x, in, blocks, [](const u8* block) {
-    return signed32_times(load32(block + 2), _mm256_set1_ps(half_to_float(load_u16(block))));
+    return signed32_times(load32(block + 2), _mm256_set1_ps(scale_f16(block)));
   });
 }
 
 [[maybe_unused]] float q4_0_dot_avx2(const float* x, const std::byte* in, std::size_t blocks) {
   return dot32_avx2<18>(x, in, blocks, [](const u8* block) {
     return signed32_times(_mm256_sub_epi8(nibbles32(block + 2), _mm256_set1_epi8(8)),
-                          _mm256_set1_ps(half_to_float(load_u16(block))));
+                          _mm256_set1_ps(scale_f16(block)));
   });
 }
 
 [[maybe_unused]] float q4_1_dot_avx2(const float* x, const std::byte* in, std::size_t blocks) {
   return dot32_avx2<20>(x, in, blocks, [](const u8* block) {
-    return unsigned32_fma(nibbles32(block + 4), _mm256_set1_ps(half_to_float(load_u16(block))),
-                          _mm256_set1_ps(half_to_float(load_u16(block + 2))));
+    return unsigned32_fma(nibbles32(block + 4), _mm256_set1_ps(scale_f16(block)),
+                          _mm256_set1_ps(scale_f16(block + 2)));
   });
 }
 #endif  // __AVX2__ && __FMA__
@@ -652,8 +655,6 @@ inline float dot32_avx2(const float* __restrict x, const std::byte* in_bytes, st
 // As the AVX2 ones at twice the width: a block of 32 is two 16-float vectors, blocks taken in
 // pairs, so four accumulators (element i of block b into accumulator 2 (b % 2) + i / 16, lane
 // i % 16), added pairwise at the end. The f16 scales through F16C (exact, as half_to_float).
-
-inline float scale_at(const u8* p) { return _cvtsh_ss(load_u16(p)); }
 
 /// ((a0 + a1) + (a2 + a3)), then its 16 lanes (the compiler's reduction order, fixed per build).
 inline float sum_accumulators(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
@@ -696,7 +697,7 @@ inline float dot32_avx512(const float* __restrict x, const std::byte* in_bytes, 
 
 float q8_0_dot_avx512(const float* x, const std::byte* in, std::size_t blocks) {
   return dot32_avx512<34>(x, in, blocks, [](const u8* block) {
-    const __m512 d = _mm512_set1_ps(scale_at(block));
+    const __m512 d = _mm512_set1_ps(scale_f16(block));
     const __m512i q0 =
         _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2)));
     const __m512i q1 =
@@ -708,7 +709,7 @@ float q8_0_dot_avx512(const float* x, const std::byte* in, std::size_t blocks) {
 
 float q4_0_dot_avx512(const float* x, const std::byte* in, std::size_t blocks) {
   return dot32_avx512<18>(x, in, blocks, [](const u8* block) {
-    const __m512 d = _mm512_set1_ps(scale_at(block));
+    const __m512 d = _mm512_set1_ps(scale_f16(block));
     __m512i low, high;
     nibbles16x2(block + 2, low, high);
     const __m512i eight = _mm512_set1_epi32(8);
@@ -719,8 +720,8 @@ float q4_0_dot_avx512(const float* x, const std::byte* in, std::size_t blocks) {
 
 float q4_1_dot_avx512(const float* x, const std::byte* in, std::size_t blocks) {
   return dot32_avx512<20>(x, in, blocks, [](const u8* block) {
-    const __m512 d = _mm512_set1_ps(scale_at(block));
-    const __m512 m = _mm512_set1_ps(scale_at(block + 2));
+    const __m512 d = _mm512_set1_ps(scale_f16(block));
+    const __m512 m = _mm512_set1_ps(scale_f16(block + 2));
     __m512i low, high;
     nibbles16x2(block + 4, low, high);
     return Block32x16{{_mm512_fmadd_ps(_mm512_cvtepi32_ps(low), d, m),
@@ -795,6 +796,183 @@ constexpr Kernel<Out> kernel_for(Kind kind) {
     default:
       break;
   }
+  return nullptr;
+}
+
+// --- Dot products over 8-bit activations (Q8Activations) -------------------------------------
+// Per block the exact integer sum of the weight's quants times the activations' quants, then
+// the scales in f32. Q8_0: d_w d_x S. Q4_0 (quants q - 8): d_w d_x (S - 8 sum_x). Q4_1 (q d + m):
+// d_w d_x S + m d_x sum_x. The plain loops sum the blocks' terms in 8 lanes (block b into lane
+// b % 8), added pairwise; the SIMD kernels below keep the block's 8 partial integer sums apart
+// and scale each (one vector FMA per block, four accumulators), the offset terms summed apart.
+
+template <Kind K>
+float q8_dot_generic(const Q8Activations& x, const std::byte* in_bytes, std::size_t blocks) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  constexpr std::size_t kBytes = K == Kind::Q8_0 ? 34 : K == Kind::Q4_0 ? 18 : 20;
+  float lanes[8] = {};
+  for (std::size_t b = 0; b < blocks; ++b, in += kBytes) {
+    const std::int8_t* __restrict xq = x.q.data() + 32 * b;
+    const float dx = x.scale[b];
+    const float d = half_to_float(load_u16(in));
+    std::int32_t sum = 0;
+    float term = 0.0f;
+    if constexpr (K == Kind::Q8_0) {
+      for (int j = 0; j < 32; ++j) sum += static_cast<std::int8_t>(in[2 + j]) * xq[j];
+      term = static_cast<float>(sum) * (d * dx);
+    } else {
+      const u8* __restrict qs = in + (K == Kind::Q4_0 ? 2 : 4);
+      for (int j = 0; j < 16; ++j) sum += (qs[j] & 0x0F) * xq[j] + (qs[j] >> 4) * xq[j + 16];
+      if constexpr (K == Kind::Q4_0) {
+        term = static_cast<float>(sum - 8 * x.sum[b]) * (d * dx);
+      } else {
+        const float m = half_to_float(load_u16(in + 2));
+        term = static_cast<float>(sum) * (d * dx) + m * (dx * static_cast<float>(x.sum[b]));
+      }
+    }
+    lanes[b % 8] += term;
+  }
+  for (int width = 4; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  }
+  return lanes[0];
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+/// The Q8 dot products with AVX2: maddubs (unsigned weight quants times signed activations into
+/// 16-bit pairs, which cannot saturate: at most 2 * 128 * 127) and madd into 8 32-bit partial
+/// sums per block, scaled in f32 and accumulated in one 8-lane vector; Q4_1's offset term and
+/// Q4_0's -8 in a scalar. `Dot(q, x)` gives the 8 partial sums of unsigned q and signed x.
+// always_inline: the VNNI kernel inlines this loop into its own target, where the VNNI `dot`
+// can be inlined in turn (a call per block otherwise).
+template <Kind K, class Dot>
+__attribute__((always_inline)) inline float q8_dot_simd(const Q8Activations& x,
+                                                        const std::byte* in_bytes,
+                                                        std::size_t blocks, const Dot& dot) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  constexpr std::size_t kBytes = K == Kind::Q8_0 ? 34 : K == Kind::Q4_0 ? 18 : 20;
+  constexpr std::size_t kScaleChunk = 64;  // blocks whose scales are converted ahead
+  // Four accumulators (block i of a chunk into accumulator i % 4): one FMA chain would wait
+  // its latency on every block.
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  __m256 rest = _mm256_setzero_ps();  // Q4_0's -8 sum_x and Q4_1's offset terms, 8 blocks a lane
+  float rest_tail = 0.0f;
+  alignas(32) float scales[kScaleChunk];
+  alignas(32) u16 d16[kScaleChunk], m16[kScaleChunk];
+  for (std::size_t first = 0; first < blocks; first += kScaleChunk) {
+    const std::size_t count = std::min(kScaleChunk, blocks - first);
+    // The blocks' scales d_w d_x first, eight at a time, so that the main loop broadcasts each
+    // from memory (a load) instead of converting and shuffling one per block.
+    for (std::size_t i = 0; i < count; ++i) {
+      d16[i] = load_u16(in + (first + i) * kBytes);
+      if constexpr (K == Kind::Q4_1) m16[i] = load_u16(in + (first + i) * kBytes + 2);
+    }
+    std::size_t i = 0;
+    for (; i + 8 <= count; i += 8) {
+      const std::size_t b = first + i;
+      const __m256 d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d16 + i)));
+      const __m256 scale = _mm256_mul_ps(d, _mm256_loadu_ps(x.scale.data() + b));
+      _mm256_store_ps(scales + i, scale);
+      if constexpr (K != Kind::Q8_0) {
+        const __m256 sum = _mm256_cvtepi32_ps(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sum.data() + b)));
+        if constexpr (K == Kind::Q4_0) {
+          rest = _mm256_fmadd_ps(_mm256_mul_ps(sum, _mm256_set1_ps(-8.0f)), scale, rest);
+        } else {
+          const __m256 m =
+              _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(m16 + i)));
+          rest = _mm256_fmadd_ps(m, _mm256_mul_ps(_mm256_loadu_ps(x.scale.data() + b), sum), rest);
+        }
+      }
+    }
+    for (; i < count; ++i) {
+      const std::size_t b = first + i;
+      scales[i] = _cvtsh_ss(d16[i]) * x.scale[b];
+      if constexpr (K == Kind::Q4_0) {
+        rest_tail += (-8.0f * static_cast<float>(x.sum[b])) * scales[i];
+      } else if constexpr (K == Kind::Q4_1) {
+        rest_tail += _cvtsh_ss(m16[i]) * (x.scale[b] * static_cast<float>(x.sum[b]));
+      }
+    }
+    for (i = 0; i < count; ++i) {
+      const u8* block = in + (first + i) * kBytes;
+      const __m256i xq = load32(reinterpret_cast<const u8*>(x.q.data() + 32 * (first + i)));
+      __m256i partial;
+      if constexpr (K == Kind::Q8_0) {
+        const __m256i w = load32(block + 2);  // signed: |w| times x with w's sign
+        partial = dot(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w));
+      } else {
+        partial = dot(nibbles32(block + (K == Kind::Q4_0 ? 2 : 4)), xq);
+      }
+      acc[i % 4] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(partial), _mm256_broadcast_ss(scales + i), acc[i % 4]);
+    }
+  }
+  const __m256 z = _mm256_setzero_ps();
+  return sum_accumulators(acc[0], acc[1], acc[2], acc[3]) +
+         (sum_accumulators(rest, z, z, z) + rest_tail);
+}
+
+inline __m256i dot_maddubs(__m256i q, __m256i xq) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), _mm256_set1_epi16(1));
+}
+
+template <Kind K>
+float q8_dot_avx2(const Q8Activations& x, const std::byte* in, std::size_t blocks) {
+  return q8_dot_simd<K>(x, in, blocks, dot_maddubs);
+}
+#endif  // __AVX2__ && __FMA__
+
+#if defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__) && defined(__GNUC__)
+/// With AVX-512 VNNI (vpdpbusd: four u8 x s8 products summed into each 32-bit lane in one
+/// instruction); compiled for it here, chosen at run time only where the CPU has it.
+template <Kind K>
+__attribute__((target("avx512vl,avx512vnni"))) float q8_dot_vnni(const Q8Activations& x,
+                                                                 const std::byte* in,
+                                                                 std::size_t blocks) {
+  return q8_dot_simd<K>(
+      x, in, blocks, [](__m256i q, __m256i xq) __attribute__((target("avx512vl,avx512vnni"))) {
+        return _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xq);
+      });
+}
+#endif
+
+constexpr Q8Kernel q8_dot_for(Kind kind) {
+  switch (kind) {
+#if defined(__AVX2__) && defined(__FMA__)
+    case Kind::Q8_0:
+      return q8_dot_avx2<Kind::Q8_0>;
+    case Kind::Q4_0:
+      return q8_dot_avx2<Kind::Q4_0>;
+    case Kind::Q4_1:
+      return q8_dot_avx2<Kind::Q4_1>;
+#else
+    case Kind::Q8_0:
+      return q8_dot_generic<Kind::Q8_0>;
+    case Kind::Q4_0:
+      return q8_dot_generic<Kind::Q4_0>;
+    case Kind::Q4_1:
+      return q8_dot_generic<Kind::Q4_1>;
+#endif
+    default:
+      return nullptr;
+  }
+}
+
+constexpr Q8Kernel q8_dot_vnni_for([[maybe_unused]] Kind kind) {
+#if defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__) && defined(__GNUC__)
+  switch (kind) {
+    case Kind::Q8_0:
+      return q8_dot_vnni<Kind::Q8_0>;
+    case Kind::Q4_0:
+      return q8_dot_vnni<Kind::Q4_0>;
+    case Kind::Q4_1:
+      return q8_dot_vnni<Kind::Q4_1>;
+    default:
+      break;
+  }
+#endif
   return nullptr;
 }
 
@@ -908,6 +1086,8 @@ DequantTable make_table(std::string_view name) {
     table.to_f32[k] = kernel_for<float>(static_cast<Kind>(k));
     table.to_bf16[k] = kernel_for<bf16>(static_cast<Kind>(k));
     table.dot[k] = dot_for(static_cast<Kind>(k));
+    table.q8_dot[k] = q8_dot_for(static_cast<Kind>(k));
+    table.q8_dot_vnni[k] = q8_dot_vnni_for(static_cast<Kind>(k));
   }
   return table;
 }

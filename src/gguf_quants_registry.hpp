@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "amc/io/gguf_quants.hpp"
 #include "amc/storage.hpp"
 
 namespace amc::dequant {
@@ -23,12 +24,17 @@ using Bf16Kernel = void (*)(const std::byte* in, bf16* out, std::size_t blocks);
 /// x with the exact dequantized values, summed in f32 (gguf_quants_kernels.hpp says in which
 /// order for each instruction set).
 using DotKernel = float (*)(const float* x, const std::byte* in, std::size_t blocks);
+/// The same over activations quantized to 8 bits (amc::Q8Activations); Q8_0, Q4_0, Q4_1 only.
+using Q8Kernel = float (*)(const Q8Activations& x, const std::byte* in, std::size_t blocks);
 
 struct DequantTable {
   std::string_view name;  ///< "scalar" (the baseline flags), "avx2", "avx512"
   F32Kernel to_f32[kKinds] = {};
   Bf16Kernel to_bf16[kKinds] = {};
   DotKernel dot[kKinds] = {};
+  Q8Kernel q8_dot[kKinds] = {};  ///< null for the other types
+  /// The Q8 kernels with AVX-512 VNNI, for CPUs that have it (null in other tables).
+  Q8Kernel q8_dot_vnni[kKinds] = {};
 };
 
 const DequantTable& dequant_scalar_table();

@@ -516,3 +516,66 @@ TEST_CASE("quantized_dot: size and type errors", "[gguf_quants]") {
   REQUIRE_THROWS_WITH(amc::quantized_dot_kernel(GgmlType::Q2_K),
                       AMC_CONTAINS("amc::quantized_dot_kernel: type Q2_K is not implemented"));
 }
+
+TEST_CASE("quantize_activations: ggml's Q8 blocks, by hand", "[gguf_quants]") {
+  std::vector<float> x(96);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  for (float& v : x) v = uniform(rng());
+  for (int j = 32; j < 64; ++j) x[static_cast<std::size_t>(j)] = 0.0f;  // an all-zero block
+  amc::Q8Activations q;
+  amc::quantize_activations(x, q);
+  REQUIRE(q.blocks() == 3);
+  for (std::size_t b = 0; b < 3; ++b) {
+    double largest = 0.0;
+    for (int j = 0; j < 32; ++j) largest = std::max(largest, std::abs(double{x[32 * b + j]}));
+    CHECK(q.scale[b] == static_cast<float>(largest) / 127.0f);
+    std::int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      const std::size_t i = 32 * b + static_cast<std::size_t>(j);
+      sum += q.q[i];
+      CHECK(std::abs(double{q.q[i]}) <= 127);
+      // Within half a step of x (the scale's own rounding adds a hair).
+      CHECK(std::abs(double{q.q[i]} * q.scale[b] - x[i]) <= 0.5 * q.scale[b] * (1 + 1e-5));
+    }
+    CHECK(q.sum[b] == sum);
+  }
+  CHECK(q.scale[1] == 0.0f);
+  REQUIRE_THROWS_WITH(amc::quantize_activations(std::span(x).first(40), q),
+                      AMC_CONTAINS("amc::quantize_activations: x holds 40 values"));
+}
+
+TEST_CASE("q8_dot: Q8_0, Q4_0, Q4_1 against the quantized activations' products in double",
+          "[gguf_quants]") {
+  INFO("kernel table: " << amc::kernels::active().name);
+  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1}) {
+    const Layout layout = layout_of(type);
+    for (const std::size_t blocks : {std::size_t{1}, std::size_t{9}, std::size_t{48}}) {
+      const std::vector<std::uint8_t> buffer = finite_blocks(type, 0, blocks);
+      std::vector<float> x(blocks * 32);
+      std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+      for (float& v : x) v = uniform(rng());
+      amc::Q8Activations q;
+      amc::quantize_activations(x, q);
+      // The products of the dequantized weights and the quantized activations, in double:
+      // what every kernel computes exactly in integers and then scales in f32.
+      double exact = 0.0, magnitude = 0.0;
+      for (std::size_t b = 0; b < blocks; ++b) {
+        for (int e = 0; e < 32; ++e) {
+          const double p = reference(type, buffer, b * static_cast<std::size_t>(layout.bytes), e) *
+                           (double{q.q[32 * b + static_cast<std::size_t>(e)]} * q.scale[b]);
+          exact += p;
+          magnitude += std::abs(p);
+        }
+      }
+      const float got =
+          amc::q8_dot_kernel(type)(q, reinterpret_cast<const std::byte*>(buffer.data()), blocks);
+      // A few f32 roundings per block's term (scales, offset) and the sum over blocks.
+      const double bound = (static_cast<double>(blocks) + 16.0) * 0x1p-24 * magnitude;
+      INFO(amc::to_string(type) << ", " << blocks << " blocks: got " << got << ", exact " << exact
+                                << ", bound " << bound);
+      CHECK(std::abs(static_cast<double>(got) - exact) <= bound);
+    }
+  }
+  REQUIRE_THROWS_WITH(amc::q8_dot_kernel(GgmlType::Q6_K),
+                      AMC_CONTAINS("amc::q8_dot_kernel: type Q6_K has no 8-bit activation kernel"));
+}

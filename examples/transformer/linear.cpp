@@ -142,6 +142,48 @@ void matvec(const Stack& w, const float* x, const float* bias, std::int64_t begi
   }
 }
 
+namespace {
+
+bool q8_type(const Matrix& m) {
+  return m.blocks && (*m.blocks == GgmlType::Q8_0 || *m.blocks == GgmlType::Q4_0 ||
+                      *m.blocks == GgmlType::Q4_1);
+}
+
+}  // namespace
+
+bool has_q8_kernel(const Stack& w) {
+  return std::ranges::any_of(w.parts, [](const Matrix* m) { return q8_type(*m); });
+}
+
+void matvec_q8(const Stack& w, const float* x, const Q8Activations& xq, const float* bias,
+               std::int64_t begin, std::int64_t end, float* y) {
+  std::int64_t first = 0;  // stacked index of the current part's row 0
+  for (const Matrix* m : w.parts) {
+    const std::int64_t lo = std::max(begin, first), hi = std::min(end, first + m->rows);
+    if (lo < hi && !q8_type(*m)) {
+      matvec(*m, x, bias != nullptr ? bias + first : nullptr, lo - first, hi - first, y + first);
+    } else if (lo < hi) {
+      const Q8DotKernel dot = q8_dot_kernel(*m->blocks);
+      const auto blocks = static_cast<std::size_t>(m->cols / 32);
+      const auto* data = static_cast<const std::byte*>(m->data);
+      const auto prefetch_rows =
+          static_cast<std::int64_t>(std::max<std::size_t>(4, kPrefetchBytes / m->block_row_bytes));
+      for (std::int64_t r = lo - first; r < hi - first; ++r) {
+#if defined(__GNUC__)
+        if (r + prefetch_rows < m->rows) {
+          const std::byte* ahead =
+              data + static_cast<std::size_t>(r + prefetch_rows) * m->block_row_bytes;
+          for (std::size_t b = 0; b < m->block_row_bytes; b += 64) __builtin_prefetch(ahead + b);
+        }
+#endif
+        y[first + r] = dot(xq, data + static_cast<std::size_t>(r) * m->block_row_bytes, blocks) +
+                       (bias != nullptr ? bias[first + r] : 0.0f);
+      }
+    }
+    first += m->rows;
+  }
+}
+
 void matmul(const Stack& w, std::int64_t begin, std::int64_t end, const float* x, std::int64_t n,
             std::int64_t x_stride, const float* bias, float* y, std::int64_t y_stride) {
   const std::int64_t cols = w.cols();

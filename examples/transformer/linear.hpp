@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <span>
 
+#include <amc/io/gguf_quants.hpp>
+
 #include "checkpoint.hpp"
 
 namespace amc::transformer {
@@ -38,6 +40,16 @@ struct Stack {
 /// \param bias [rows()] stacked biases, or nullptr
 void matvec(const Stack& w, const float* x, const float* bias, std::int64_t begin, std::int64_t end,
             float* y);
+
+/// Whether some part of `w` is kept as blocks with an 8-bit activation kernel (Q8_0, Q4_0,
+/// Q4_1: amc::q8_dot_kernel).
+bool has_q8_kernel(const Stack& w);
+
+/// matvec with the activations quantized to 8 bits: rows of Q8_0, Q4_0 or Q4_1 blocks through
+/// amc::q8_dot_kernel on `xq` (x quantized by amc::quantize_activations), every other row as
+/// matvec does on x.
+void matvec_q8(const Stack& w, const float* x, const Q8Activations& xq, const float* bias,
+               std::int64_t begin, std::int64_t end, float* y);
 
 /// Y[t, r] = <X[t], W[r]> (+ bias[r]) for t < n and stacked rows r in [begin, end), as one
 /// GEMM on an f32 copy of those rows (f32 rows of a single matrix are used in place). Callers

@@ -118,6 +118,7 @@ struct Session::Impl {
   std::vector<float> GU;        // [n, 2 inter] gate | up; the gate half becomes silu(gate) * up
   std::vector<float> T;         // [n, hidden] a block's output before it joins the residual stream
   std::vector<float> COS, SIN;  // [n, half] RoPE of each position
+  Q8Activations x_q8;           // a projection's input in 8 bits (Activations::q8)
   // Decode attention's per-head results, and the dense shadow pass's (retained mass).
   std::vector<HeadResult> results, dense_results;  // [heads]
   std::vector<float> dense_attn;                   // [heads, head_dim]
@@ -380,8 +381,15 @@ struct Session::Impl {
     const Stack stack{parts};
     const std::int64_t rows = stack.rows();
     if (n == 1) {
+      // 8-bit activations: x quantized once here, for every task's rows.
+      const bool q8 = options.activations == Activations::q8 && has_q8_kernel(stack);
+      if (q8) quantize_activations(std::span(x, static_cast<std::size_t>(stack.cols())), x_q8);
       for_rows(rows, row_chunk(rows), [&](std::int64_t b, std::int64_t e) {
-        matvec(stack, x, bias, b, e, y);
+        if (q8) {
+          matvec_q8(stack, x, x_q8, bias, b, e, y);
+        } else {
+          matvec(stack, x, bias, b, e, y);
+        }
         epilogue(b, e);
       });
       return;
@@ -514,6 +522,17 @@ struct Session::Impl {
     });
   }
 };
+
+const char* to_string(Activations activations) {
+  return activations == Activations::q8 ? "q8" : "f32";
+}
+
+Activations parse_activations(std::string_view text, std::string_view flag) {
+  if (text == "f32") return Activations::f32;
+  if (text == "q8") return Activations::q8;
+  detail::throw_error("amc::transformer::parse_activations", flag, ": expected f32 or q8, got '",
+                      text, "'");
+}
 
 StorageType auto_kv_dtype(const Checkpoint& checkpoint) {
   // bf16 weights: a bf16 cache, as the model's own dtype. f32 weights: f32. f16 weights: f32

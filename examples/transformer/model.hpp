@@ -65,6 +65,23 @@ struct LayerAttention {
   std::span<const BlockSparseDecode<>> sparse_operators;
 };
 
+/// What decode multiplies weights kept as stored blocks with (Checkpoint::blocks_kept()).
+enum class Activations : std::uint8_t {
+  /// f32: the products of the exact block values and the f32 activations
+  /// (amc::quantized_dot); the logits are those of f32 weights, to rounding.
+  f32,
+  /// 8-bit: the activations quantized per block of 32 (amc::quantize_activations) and
+  /// multiplied in integers (amc::q8_dot_kernel), as llama.cpp does: faster where the CPU has
+  /// integer dot products, at the cost of the activations' rounding. Only Q8_0, Q4_0 and Q4_1
+  /// blocks; other matrices as with f32.
+  q8,
+};
+
+/// "f32" or "q8".
+const char* to_string(Activations activations);
+/// "f32" or "q8"; throws amc::error naming `flag` and the text otherwise.
+Activations parse_activations(std::string_view text, std::string_view flag);
+
 struct SessionOptions {
   /// Decode attention, dense unless set; prefill is always dense.
   Attention attention;
@@ -87,6 +104,8 @@ struct SessionOptions {
   /// config.json names, else transformers': auto_rope_angles(). Session::options() holds the
   /// resolved value.
   std::optional<RopeAngles> rope_angles;
+  /// How decode multiplies weights kept as stored blocks (no effect on other weights).
+  Activations activations = Activations::f32;
   /// Called after the attention of every layer of every decode step, when set.
   std::function<void(const LayerAttention&)> on_layer;
 };

@@ -52,6 +52,9 @@ void SessionFlags::validate(std::string_view where) const {
   if (!one_of(weight_dtype, {"auto", "bf16", "f32", "stored"})) {
     refuse(where, "--weight-dtype: expected auto, bf16, f32 or stored, got '", weight_dtype, "'");
   }
+  if (!one_of(activations, {"f32", "q8"})) {
+    refuse(where, "--activations: expected f32 or q8, got '", activations, "'");
+  }
   if (!one_of(rope_angles, {"auto", "transformers", "exact"})) {
     refuse(where, "--rope-angles: expected auto, transformers or exact, got '", rope_angles, "'");
   }
@@ -73,6 +76,7 @@ SessionOptions SessionFlags::session_options(const Checkpoint& checkpoint,
   base.kv_dtype = kv_dtype == "auto" ? auto_kv_dtype(checkpoint) : parse_storage_type(kv_dtype);
   base.rope_angles = rope_angles == "auto" ? auto_rope_angles(checkpoint.config())
                                            : parse_rope_angles(rope_angles, "--rope-angles");
+  base.activations = parse_activations(activations, "--activations");
   return base;
 }
 
@@ -94,6 +98,12 @@ void add_session_flags(CLI::App& app, SessionFlags& flags) {
                  "RoPE angles: transformers (float32, as transformers computes them) or exact "
                  "(double); auto: config.json's amc_rope_angles, else transformers")
       ->type_name("auto|transformers|exact")
+      ->capture_default_str();
+  app.add_option("--activations", flags.activations,
+                 "with --weight-dtype stored: f32 (exact block values times f32 activations) or "
+                 "q8 (activations quantized per block of 32 and multiplied in integers, as "
+                 "llama.cpp does; Q8_0, Q4_0 and Q4_1 blocks)")
+      ->type_name("f32|q8")
       ->capture_default_str();
 }
 

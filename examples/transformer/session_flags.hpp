@@ -1,6 +1,6 @@
 // The flags of every tool that runs a model (--threads, --kv-dtype, --weight-dtype,
-// --rope-angles): declared once, so that amc-generate and amc-eval's commands take the same
-// names, choices, defaults and help, refuse a bad value with the same message, and resolve
+// --rope-angles, --activations): declared once, so that amc-generate and amc-eval's commands take
+// the same names, choices, defaults and help, refuse a bad value with the same message, and resolve
 // "auto" the same way. (amc-bench-qwen2 keeps flags of its own: it measures fixed dtypes.)
 #pragma once
 
@@ -24,6 +24,7 @@ struct SessionFlags {
   /// auto|bf16|f32|stored; auto: as stored, bf16 for GGUF; stored: GGUF blocks kept
   std::string weight_dtype = "auto";
   std::string rope_angles = "auto";  ///< auto|transformers|exact; auto: auto_rope_angles()
+  std::string activations = "f32";   ///< f32|q8: what stored blocks multiply (Activations)
 
   /// Throws amc::error "<where>: --flag: ..., got VALUE" for the first bad value (without the
   /// prefix when `where` is empty: for a tool that prints its own name first).
@@ -37,13 +38,15 @@ struct SessionFlags {
   SessionOptions session_options(const Checkpoint& checkpoint, SessionOptions base = {}) const;
 };
 
-/// Declares --threads, --kv-dtype, --weight-dtype and --rope-angles on `app`, writing into
+/// Declares --threads, --kv-dtype, --weight-dtype, --rope-angles and --activations on `app`,
+/// writing into
 /// `flags`, which must outlive parsing.
 void add_session_flags(CLI::App& app, SessionFlags& flags);
 
 /// What a run used and what was asked for ("auto" or the explicit choice), as the tools
 /// record it: kv_dtype, kv_dtype_requested, rope_angles, rope_angles_requested, weight_dtype,
-/// weight_dtype_requested. `resolved`: session_options()'s result.
+/// weight_dtype_requested, and activations when weights are kept as stored blocks (the only
+/// place it acts). `resolved`: session_options()'s result.
 template <class Json>
 void record_session(Json& out, const SessionFlags& flags, const SessionOptions& resolved,
                     const Checkpoint& checkpoint) {
@@ -54,6 +57,7 @@ void record_session(Json& out, const SessionFlags& flags, const SessionOptions& 
   out["weight_dtype"] =
       checkpoint.blocks_kept() ? "stored" : std::string(to_string(checkpoint.weight_dtype()));
   out["weight_dtype_requested"] = flags.weight_dtype;
+  if (checkpoint.blocks_kept()) out["activations"] = std::string(to_string(resolved.activations));
 }
 
 }  // namespace amc::transformer

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "amc/io/gguf.hpp"
 #include "amc/storage.hpp"
@@ -48,5 +49,32 @@ QuantizedDotKernel quantized_dot_kernel(GgmlType type);
 /// <x, dequantize(type, blocks)>, checked: x.size() a multiple of the type's block and
 /// blocks.size() exactly its bytes (amc::error "amc::quantized_dot: ..." otherwise).
 float quantized_dot(GgmlType type, std::span<const float> x, std::span<const std::byte> blocks);
+
+/// Activations quantized for integer dot products, as ggml quantizes them for its own (Q8_1):
+/// per block of 32 values, scale d = max|x| / 127 and quants q = round(x / d) (ties away from
+/// zero) in [-127, 127], with the quants' sum. The block's values are then d * q, each within
+/// d / 2 of x. Shapes: q [blocks * 32], scale and sum [blocks].
+struct Q8Activations {
+  std::vector<std::int8_t> q;
+  std::vector<float> scale;
+  std::vector<std::int32_t> sum;
+  std::size_t blocks() const { return scale.size(); }
+};
+
+/// Quantizes x (x.size() a multiple of 32, else amc::error "amc::quantize_activations: ...")
+/// into `out`, reusing its storage.
+void quantize_activations(std::span<const float> x, Q8Activations& out);
+
+/// <d q, w> over `block_count` blocks of 32 of a Q8_0, Q4_0 or Q4_1 row (`x` covers them):
+/// per block the integer sum of q times the weight's quants, exact, then scaled by the two
+/// scales in f32 (Q4_1 adds its offset times the activations' sum). Faster than
+/// QuantizedDotKernel where the CPU has integer dot products (AVX-512 VNNI, AVX2's maddubs),
+/// at the cost of the activations' rounding: llama.cpp's arithmetic. Unchecked.
+using Q8DotKernel = float (*)(const Q8Activations& x, const std::byte* blocks,
+                              std::size_t block_count);
+
+/// The active instruction set's Q8DotKernel for Q8_0, Q4_0 or Q4_1 (with AVX-512 VNNI where the
+/// CPU has it); amc::error "amc::q8_dot_kernel: ..." for any other type.
+Q8DotKernel q8_dot_kernel(GgmlType type);
 
 }  // namespace amc
