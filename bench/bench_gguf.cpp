@@ -117,6 +117,28 @@ void BM_QuantizedMatvec(benchmark::State& state, amc::GgmlType type) {
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(blocks.size()));
 }
 
+/// The same with the activations quantized to 8 bits once per product (--activations q8).
+void BM_Q8Matvec(benchmark::State& state, amc::GgmlType type) {
+  const std::vector<std::byte> blocks = random_blocks(type, kRows * kCols);
+  const std::size_t row_bytes = blocks.size() / static_cast<std::size_t>(kRows);
+  std::vector<float> x(static_cast<std::size_t>(kCols));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
+  std::vector<float> y(static_cast<std::size_t>(kRows));
+  const amc::Q8DotKernel dot = amc::q8_dot_kernel(type);
+  amc::Q8Activations xq;
+  for (auto _ : state) {
+    amc::quantize_activations(x, xq);
+    for (std::int64_t r = 0; r < kRows; ++r) {
+      y[static_cast<std::size_t>(r)] =
+          dot(xq, blocks.data() + static_cast<std::size_t>(r) * row_bytes, kCols / 32);
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kRows * kCols);
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(blocks.size()));
+}
+
 void BM_Bf16Matvec(benchmark::State& state) {
   std::vector<amc::bf16> w(static_cast<std::size_t>(kRows * kCols), amc::to_bf16(0.5f));
   const std::vector<float> x(static_cast<std::size_t>(kCols), 0.25f);
@@ -148,6 +170,10 @@ void register_benchmarks() {
                               GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     benchmark::RegisterBenchmark(("Matvec/stored/" + std::string(amc::to_string(type))).c_str(),
                                  BM_QuantizedMatvec, type);
+  }
+  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1}) {
+    benchmark::RegisterBenchmark(("Matvec/stored-q8/" + std::string(amc::to_string(type))).c_str(),
+                                 BM_Q8Matvec, type);
   }
 }
 
