@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -118,12 +119,19 @@ void quantize_activations(std::span<const float> x, Q8Activations& out) {
   for (std::size_t b = 0; b < blocks; ++b) {
     const float* v = x.data() + 32 * b;
     float largest = 0.0f;
-    for (int j = 0; j < 32; ++j) largest = std::max(largest, std::abs(v[j]));
-    const float d = largest / 127.0f;
-    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+    bool finite = true;
+    for (int j = 0; j < 32; ++j) {
+      largest = std::max(largest, std::abs(v[j]));
+      finite = finite && std::isfinite(v[j]);
+    }
+    // A NaN or infinite activation has no 8-bit value: the block keeps zero quants and a NaN
+    // scale, so every product with it is NaN, as the f32 products would be (not a number
+    // that looks valid, and no float-to-integer conversion out of range).
+    const float d = finite ? largest / 127.0f : std::numeric_limits<float>::quiet_NaN();
+    const float inverse = finite && d != 0.0f ? 1.0f / d : 0.0f;
     std::int32_t sum = 0;
     for (int j = 0; j < 32; ++j) {
-      const auto q = static_cast<std::int8_t>(std::round(v[j] * inverse));
+      const auto q = static_cast<std::int8_t>(finite ? std::round(v[j] * inverse) : 0.0f);
       out.q[32 * b + static_cast<std::size_t>(j)] = q;
       sum += q;
     }

@@ -540,6 +540,18 @@ TEST_CASE("quantize_activations: ggml's Q8 blocks, by hand", "[gguf_quants]") {
     CHECK(q.sum[b] == sum);
   }
   CHECK(q.scale[1] == 0.0f);
+  // A NaN or infinite activation: its block's scale is NaN, so the products are not numbers.
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> y = x;
+    y[70] = bad;
+    amc::quantize_activations(y, q);
+    CHECK(std::isnan(q.scale[2]));
+    CHECK(std::isfinite(q.scale[0]));
+    const std::vector<std::uint8_t> w = finite_blocks(GgmlType::Q8_0, 0, 3);
+    CHECK(std::isnan(
+        amc::q8_dot_kernel(GgmlType::Q8_0)(q, reinterpret_cast<const std::byte*>(w.data()), 3)));
+  }
   REQUIRE_THROWS_WITH(amc::quantize_activations(std::span(x).first(40), q),
                       AMC_CONTAINS("amc::quantize_activations: x holds 40 values"));
 }
