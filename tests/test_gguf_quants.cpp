@@ -527,15 +527,17 @@ TEST_CASE("quantize_activations: ggml's Q8 blocks, by hand", "[gguf_quants]") {
   REQUIRE(q.blocks() == 3);
   for (std::size_t b = 0; b < 3; ++b) {
     double largest = 0.0;
-    for (int j = 0; j < 32; ++j) largest = std::max(largest, std::abs(double{x[32 * b + j]}));
+    for (int j = 0; j < 32; ++j)
+      largest = std::max(largest, std::abs(static_cast<double>(x[32 * b + j])));
     CHECK(q.scale[b] == static_cast<float>(largest) / 127.0f);
     std::int32_t sum = 0;
     for (int j = 0; j < 32; ++j) {
       const std::size_t i = 32 * b + static_cast<std::size_t>(j);
       sum += q.q[i];
-      CHECK(std::abs(double{q.q[i]}) <= 127);
+      CHECK(std::abs(static_cast<double>(q.q[i])) <= 127);
       // Within half a step of x (the scale's own rounding adds a hair).
-      CHECK(std::abs(double{q.q[i]} * q.scale[b] - x[i]) <= 0.5 * q.scale[b] * (1 + 1e-5));
+      CHECK(std::abs(static_cast<double>(q.q[i]) * q.scale[b] - x[i]) <=
+            0.5 * q.scale[b] * (1 + 1e-5));
     }
     CHECK(q.sum[b] == sum);
   }
@@ -573,8 +575,9 @@ TEST_CASE("q8_dot: Q8_0, Q4_0, Q4_1 against the quantized activations' products 
       double exact = 0.0, magnitude = 0.0;
       for (std::size_t b = 0; b < blocks; ++b) {
         for (int e = 0; e < 32; ++e) {
-          const double p = reference(type, buffer, b * static_cast<std::size_t>(layout.bytes), e) *
-                           (double{q.q[32 * b + static_cast<std::size_t>(e)]} * q.scale[b]);
+          const double p =
+              reference(type, buffer, b * static_cast<std::size_t>(layout.bytes), e) *
+              (static_cast<double>(q.q[32 * b + static_cast<std::size_t>(e)]) * q.scale[b]);
           exact += p;
           magnitude += std::abs(p);
         }
