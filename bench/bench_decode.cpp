@@ -313,16 +313,16 @@ SparseConfig rule_config(std::int64_t rule) {
   std::string_view name = kComparedRules[rule];
   SparseConfig c = sparse_config();
   if (const std::size_t at = name.find('@'); at != std::string_view::npos) {
-    c.shortlist = std::stoll(std::string(name.substr(at + 1)));
+    c.set("shortlist", name.substr(at + 1));
     name = name.substr(0, at);
   }
   if (const std::size_t colon = name.find(':'); colon != std::string_view::npos) {
-    c.sub_blocks = std::stoll(std::string(name.substr(colon + 1)));
+    c.set("sub_blocks", name.substr(colon + 1));
     name = name.substr(0, colon);
   }
   const std::size_t slash = name.find('/');
   c.score = ScoreRule::named(name.substr(0, slash));
-  if (slash != std::string_view::npos) c.shortlist_score = ScoreRule::named(name.substr(slash + 1));
+  if (slash != std::string_view::npos) c.set("shortlist_score", name.substr(slash + 1));
   return c;
 }
 

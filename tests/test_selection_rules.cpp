@@ -118,7 +118,7 @@ TEST_CASE("submean selects the top-k of max_j (c <q, sub-block mean j> + log n_j
     SparseConfig config;
     config.score = ScoreRule::sub_block_means;
     config.block_size = trial % 2 ? 16 : 32;
-    config.sub_blocks = trial % 3 == 0 ? 2 : 4;
+    config.rule_settings.set("sub_blocks", trial % 3 == 0 ? 2 : 4);
     config.top_k = 1 + trial % 6;
     config.sinks = trial % 3;
     config.window = 8 * (trial % 4);
@@ -127,7 +127,8 @@ TEST_CASE("submean selects the top-k of max_j (c <q, sub-block mean j> + log n_j
         BlockSummaries::build(cache.view(), config.block_size, required_summaries(config));
     const auto q = test::random_floats(16);
     const auto s = true_scores(cache, q, 0.25);
-    const std::int64_t sub = config.block_size / *config.sub_blocks;
+    const std::int64_t sub =
+        config.block_size / config.rule_settings.get<std::int64_t>("sub_blocks");
     std::vector<double> score(static_cast<std::size_t>(summaries.blocks()), -INFINITY);
     for (std::int64_t lo = 0; lo < n; lo += sub) {
       const std::int64_t hi = std::min(n, lo + sub);
@@ -151,7 +152,7 @@ TEST_CASE("twostage keeps the k of largest true mass within the mean-pooled shor
     config.score = ScoreRule::two_stage;
     config.block_size = 16;
     config.top_k = 1 + trial % 5;
-    config.shortlist = 1 + trial % 4;
+    config.rule_settings.set("shortlist", 1 + trial % 4);
     config.sinks = 5;
     config.window = 40;
     config.scale = 0.25f;
@@ -169,7 +170,9 @@ TEST_CASE("twostage keeps the k of largest true mass within the mean-pooled shor
         mass += std::exp(s[p]);
       log_mass[b] = std::log(mass);
     }
-    const auto shortlist = best_of(range(c.first, c.last), mean, *config.shortlist * config.top_k);
+    const auto shortlist =
+        best_of(range(c.first, c.last), mean,
+                config.rule_settings.get<std::int64_t>("shortlist") * config.top_k);
     const auto got = select_with(config, cache, summaries, q);
     CAPTURE(trial);
     // A near-tie at the shortlist's edge may swap one block of it: then the mean scores of
@@ -194,7 +197,7 @@ TEST_CASE("twostage with a shortlist covering every candidate is the oracle", "[
     const auto q = test::random_floats(16);
     SparseConfig config;
     config.top_k = 1 + trial;
-    config.shortlist = 100;  // 100 * k >= the 63 blocks
+    config.rule_settings.set("shortlist", 100);  // 100 * k >= the 63 blocks
     config.score = ScoreRule::two_stage;
     const auto two_stage = select_with(config, cache, summaries, q);
     config.score = ScoreRule::oracle;
@@ -233,7 +236,8 @@ TEST_CASE("twostage finds the needle block that mean pooling ranks just outside 
   REQUIRE(std::find(mean.begin(), mean.end(), 20) == mean.end());
   const auto two_stage = run(ScoreRule::two_stage);
   REQUIRE(std::find(two_stage.begin(), two_stage.end(), 20) != two_stage.end());
-  config.sub_blocks = 4;  // sub-blocks of 8: the needle lifts its sub-block's mean to 1.5
+  config.rule_settings.set("sub_blocks",
+                           4);  // sub-blocks of 8: the needle lifts its sub-block's mean to 1.5
   const auto sub_summaries = BlockSummaries::build(kv, block, {.sub_blocks = 4});
   config.score = ScoreRule::sub_block_means;
   BlockSparseDecode<> op(config);
@@ -353,7 +357,7 @@ TEST_CASE("twostage per group: one shortlist from the combined scores, rescored 
     config.scope = SelectionScope::per_group;
     config.block_size = block;
     config.top_k = 1 + trial % 4;
-    config.shortlist = 1 + trial % 3;
+    config.rule_settings.set("shortlist", 1 + trial % 3);
     config.scale = 0.25f;
     const auto summaries = BlockSummaries::build(cache.view(), block);
     const auto queries = test::random_floats(heads * d);
@@ -386,7 +390,8 @@ TEST_CASE("twostage per group: one shortlist from the combined scores, rescored 
     }
     const auto combined_mean = combine(mean);
     const auto shortlist =
-        best_of(range(c.first, c.last), combined_mean, *config.shortlist * config.top_k);
+        best_of(range(c.first, c.last), combined_mean,
+                config.rule_settings.get<std::int64_t>("shortlist") * config.top_k);
     for (auto& row : mass) {  // outside the shortlist: no mass
       for (std::int64_t b = c.first; b < c.last; ++b)
         if (std::find(shortlist.begin(), shortlist.end(), b) == shortlist.end()) row[b] = -INFINITY;
@@ -410,8 +415,8 @@ TEST_CASE("twostage shortlists by the rule shortlist_score names", "[selectors]"
     const test::TestCache<float> cache(n, 16, 16, 3.0f);
     SparseConfig config;
     config.score = ScoreRule::two_stage;
-    config.shortlist_score = ScoreRule::channel_bound;
-    config.shortlist = 2;
+    config.rule_settings.set("shortlist_score", ScoreRule::channel_bound);
+    config.rule_settings.set("shortlist", 2);
     config.top_k = 1 + trial % 4;
     config.scale = 0.25f;
     const auto summaries = BlockSummaries::build(cache.view(), 16, required_summaries(config));
@@ -421,7 +426,7 @@ TEST_CASE("twostage shortlists by the rule shortlist_score names", "[selectors]"
     for (float& x : scaled) x *= 0.25f;
     const auto c = candidate_blocks(n, config);
     std::vector<float> bound(static_cast<std::size_t>(summaries.blocks()));
-    ChannelBoundSelector::score(BlockScoringInput{scaled, summaries, c}, bound);
+    ChannelBoundRule::score_heads(scaled.data(), 1, summaries, c, bound.data(), 0);
     const std::vector<double> bound_d(bound.begin(), bound.end());
     const auto shortlist = best_of(range(c.first, c.last), bound_d, 2 * config.top_k);
     const auto got = select_with(config, cache, summaries, q);
@@ -447,6 +452,6 @@ TEST_CASE("operators check the summaries the rule reads, and only RuleSelector's
                       "value_norms=0 sub_blocks=4") &&
           Catch::Contains("built with channel_bounds=0 value_norms=0 sub_blocks=0"));
   // A template selector brings its own needs: config.score does not apply to it.
-  BlockSparseDecode<MeanPooledSelector> plain(config, MeanPooledSelector{});
+  BlockSparseDecode<MeanPooledRule> plain(config, MeanPooledRule{});
   REQUIRE_NOTHROW(plain.select(query, KvHead<KvView<float>>{cache.view(), &means}));
 }

@@ -120,8 +120,7 @@ TEST_CASE("channel bound is never below the true block max score, and close to Q
     config.window = 0;
     const auto c = candidate_blocks(n, config);
     std::vector<float> scores(static_cast<std::size_t>(summaries.blocks()));
-    ChannelBoundSelector{}.score_blocks(BlockScoringInput{scaled, summaries, c}, cache.view(),
-                                        scores);
+    ChannelBoundRule{}.score_blocks(BlockScoringInput{scaled, summaries, c}, cache.view(), scores);
     const auto s = true_scores(cache, q, scale);
     for (std::int64_t b = 0; b < summaries.blocks(); ++b) {
       const std::int64_t lo = b * block_size, hi = std::min(n, lo + block_size);
@@ -151,11 +150,12 @@ TEST_CASE("channel bound is never below the true block max score, and close to Q
     std::vector<float> group_queries(scaled);
     for (const float x : scaled) group_queries.push_back(-2.0f * x);
     std::vector<float> group(static_cast<std::size_t>(2 * summaries.blocks()));
-    ChannelBoundSelector::score_group(GroupScoringInput{group_queries.data(), 2, summaries, c},
-                                      group);
+    ChannelBoundRule{}.score_blocks_group(GroupScoringInput{group_queries.data(), 2, summaries, c},
+                                          cache.view(), group);
     std::vector<float> second(static_cast<std::size_t>(summaries.blocks()));
-    ChannelBoundSelector::score(
-        BlockScoringInput{std::span(group_queries).subspan(16), summaries, c}, second);
+    ChannelBoundRule{}.score_blocks(
+        BlockScoringInput{std::span(group_queries).subspan(16), summaries, c}, cache.view(),
+        second);
     for (std::int64_t b = c.first; b < c.last; ++b) {
       REQUIRE(group[static_cast<std::size_t>(b)] == scores[static_cast<std::size_t>(b)]);
       REQUIRE(group[static_cast<std::size_t>(summaries.blocks() + b)] ==

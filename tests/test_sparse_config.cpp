@@ -41,15 +41,18 @@ SparseConfig random_config(std::mt19937_64& rng) {
   } else if (pick(0, 1)) {
     c.top_p = std::uniform_real_distribution<double>(1e-6, 1.0)(rng);
   }
-  if (pick(0, 1)) c.shortlist = pick(1, 64);
-  if (pick(0, 1))
-    c.shortlist_score = pick(0, 1) ? ScoreRule::channel_bound : ScoreRule::mean_pooled;
+  if (pick(0, 1)) c.rule_settings.set("shortlist", pick(1, 64));
+  if (pick(0, 1)) {
+    c.rule_settings.set("shortlist_score",
+                        pick(0, 1) ? ScoreRule::channel_bound : ScoreRule::mean_pooled);
+  }
   if (c.score == ScoreRule::sub_block_means || pick(0, 1)) {
     // A divisor of block_size (what the sub-block-means rule requires).
     std::vector<std::int64_t> divisors;
     for (std::int64_t d = 1; d <= c.block_size; ++d)
       if (c.block_size % d == 0) divisors.push_back(d);
-    c.sub_blocks = divisors[static_cast<std::size_t>(pick(0, divisors.size() - 1))];
+    c.rule_settings.set("sub_blocks",
+                        divisors[static_cast<std::size_t>(pick(0, divisors.size() - 1))]);
   }
   return c;
 }
@@ -172,10 +175,13 @@ TEST_CASE("validate() checks fields set in C++ against the same rows as the text
        },
        "got -2"},
       {"top_p must be a number in (0, 1]", [](SparseConfig& c) { c.top_p = 0.0; }, "got 0"},
-      {"shortlist must be an integer >= 1", [](SparseConfig& c) { c.shortlist = 0; }, "got 0"},
+      {"shortlist must be an integer >= 1",
+       [](SparseConfig& c) { c.rule_settings.set("shortlist", 0); }, "got 0"},
       {"shortlist_score must be a rule that reads only summaries: mean|bound|submean",
-       [](SparseConfig& c) { c.shortlist_score = ScoreRule::oracle; }, "got oracle"},
-      {"sub_blocks must be an integer >= 1", [](SparseConfig& c) { c.sub_blocks = -1; }, "got -1"},
+       [](SparseConfig& c) { c.rule_settings.set("shortlist_score", ScoreRule::oracle); },
+       "got oracle"},
+      {"sub_blocks must be an integer >= 1",
+       [](SparseConfig& c) { c.rule_settings.set("sub_blocks", -1); }, "got -1"},
   };
   for (const auto& [what, set, got] : cases) {
     SparseConfig c;
@@ -194,12 +200,12 @@ TEST_CASE("validate() checks fields set in C++ against the same rows as the text
   // A refused value leaves the field as it was.
   SparseConfig c;
   c.top_k = 5;
-  c.shortlist = 3;
+  c.rule_settings.set("shortlist", 3);
   CHECK_THROWS(sparse_setting("top_k").set(c, "-1"));
   CHECK_THROWS(sparse_setting("shortlist").set(c, "0"));
   CHECK_THROWS(sparse_setting("scope").set(c, "layer"));
   CHECK(c.top_k == 5);
-  CHECK(c.shortlist == 3);
+  CHECK(c.rule_settings.get<std::int64_t>("shortlist") == 3);
   CHECK(c.scope == SelectionScope::per_head);
 }
 
@@ -265,7 +271,7 @@ TEST_CASE("the rule registry: names, needs, and each rule as its selector scores
   SparseConfig sub;
   sub.score = ScoreRule::sub_block_means;
   CHECK(required_summaries(sub).sub_blocks == 4);
-  sub.sub_blocks = 8;
+  sub.rule_settings.set("sub_blocks", 8);
   CHECK(required_summaries(sub).sub_blocks == 8);
   CHECK(required_summaries(SparseConfig{}).sub_blocks == 0);
 
@@ -291,11 +297,11 @@ TEST_CASE("the rule registry: names, needs, and each rule as its selector scores
                                ScoreRule::sub_block_means}) {
     config.score = rule;
     const std::vector<float> got = run(RuleSelector(config));
-    const std::vector<float> expected = rule == ScoreRule::mean_pooled ? run(MeanPooledSelector{})
-                                        : rule == ScoreRule::channel_bound
-                                            ? run(ChannelBoundSelector{})
-                                        : rule == ScoreRule::oracle ? run(OracleSelector{})
-                                                                    : run(SubBlockMeansSelector{});
+    // The registry makes each name's rule class (used here directly, as a BlockSelector).
+    const std::vector<float> expected = rule == ScoreRule::mean_pooled     ? run(MeanPooledRule{})
+                                        : rule == ScoreRule::channel_bound ? run(ChannelBoundRule{})
+                                        : rule == ScoreRule::oracle        ? run(OracleRule{})
+                                                                    : run(SubBlockMeansRule{});
     CAPTURE(rule.name());
     REQUIRE(got == expected);
   }

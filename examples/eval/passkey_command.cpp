@@ -99,8 +99,9 @@ void add_passkey_command(CLI::App& app, std::function<int()>& run) {
   transformer::add_session_flags(*command, flags->session);
   auto sparse = std::make_shared<cli::SparseOptions>(
       *command, SparseConfig{},
-      cli::SparseOptions::Only{{"block_size", "sinks", "window", "scope", "combine", "top_p",
-                                "shortlist", "shortlist_score", "sub_blocks"}});
+      cli::SparseOptions::Only{
+          .names = {"block_size", "sinks", "window", "scope", "combine", "top_p"},
+          .rule_settings = true});
   command->add_option("--out", flags->out, "output directory (created if missing)")
       ->type_name("DIR")
       ->required();

@@ -47,9 +47,7 @@ RetrievalProbeOptions retrieval_options_from_flags(const RetrievalFlags& flags) 
   options.head_dim = parse_number<std::int64_t>(flags.head_dim, "--head-dim");
   options.sinks = flags.sparse.sinks;
   options.window = flags.sparse.window;
-  options.shortlist = flags.sparse.shortlist;
-  options.sub_blocks = flags.sparse.sub_blocks;
-  options.shortlist_score = flags.sparse.shortlist_score;
+  options.rule_settings = flags.sparse.rule_settings;
   options.validate();
   AMC_CHECK(!flags.out.empty(), kWhere, "--out: the output directory must not be empty");
   return options;
@@ -80,7 +78,7 @@ void add_retrieval_command(CLI::App& app, std::function<int()>& run) {
   option("--head-dim", flags->head_dim, "INT", "channels per key");
   auto sparse = std::make_shared<cli::SparseOptions>(
       *command, SparseConfig{},
-      cli::SparseOptions::Only{{"sinks", "window", "shortlist", "shortlist_score", "sub_blocks"}});
+      cli::SparseOptions::Only{.names = {"sinks", "window"}, .rule_settings = true});
   command->add_option("--out", flags->out, "output directory (created if missing)")
       ->type_name("DIR")
       ->required();

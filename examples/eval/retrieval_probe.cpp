@@ -291,9 +291,7 @@ std::vector<RetrievalProbeResult> run_retrieval_probe(const RetrievalProbeOption
         config.top_k = k;
         config.sinks = options.sinks;
         config.window = options.window;
-        config.shortlist = options.shortlist;
-        config.sub_blocks = options.sub_blocks;
-        config.shortlist_score = options.shortlist_score;
+        config.rule_settings = options.rule_settings;
         config.score = s;
         operators.emplace_back(config);
       }

@@ -35,10 +35,9 @@ struct RetrievalProbeOptions {
   std::uint64_t seed = 1;    ///< --seed
   std::int64_t sinks = 1;    ///< --sinks: first positions always kept
   std::int64_t window = 64;  ///< --window: last positions always kept
-  /// --shortlist and --sub-blocks: the two-stage and sub-block-means rules' settings (unset:
-  /// the library's defaults, SparseConfig).
-  std::optional<std::int64_t> shortlist, sub_blocks;
-  std::optional<ScoreRule> shortlist_score;  ///< --shortlist-score
+  /// The rules' own settings (--shortlist, --shortlist-score, --sub-blocks, ...: every
+  /// registered rule's, RuleInfo::settings; unset: the rules' defaults).
+  RuleSettings rule_settings;
   /// --selectors: mean (the method), bound (channel bound, Quest-style), oracle (true mass).
   std::vector<ScoreRule> selectors{ScoreRule::mean_pooled, ScoreRule::channel_bound,
                                    ScoreRule::oracle};

@@ -16,7 +16,7 @@ struct RecencyBiasedSelector {
   template <amc::KvViewLike View>
   void score_blocks(const amc::BlockScoringInput& input, const View& kv,
                     std::span<float> scores) const {
-    amc::MeanPooledSelector{}.score_blocks(input, kv, scores);  // c <q, mean key>
+    amc::MeanPooledRule{}.score_blocks(input, kv, scores);  // c <q, mean key>
     for (std::int64_t b = input.candidates.first; b < input.candidates.last; ++b)
       scores[static_cast<std::size_t>(b)] += bonus_per_block * static_cast<float>(b);
   }

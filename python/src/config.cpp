@@ -137,13 +137,16 @@ void bind_config(py::module_& m) {
       [] {
         py::list out;
         for (const RuleInfo& r : registered_rules()) {
+          py::list settings;  // its own settings, rows of amc.settings() too
+          for (const RuleSetting& setting : r.settings) settings.append(std::string(setting.name));
           out.append(py::dict("name"_a = std::string(r.name),
                               "description"_a = std::string(r.description),
-                              "reads_keys"_a = r.reads_keys));
+                              "reads_keys"_a = r.reads_keys, "settings"_a = settings));
         }
         return out;
       },
-      "The registered block scoring rules.");
+      "The registered block scoring rules: name, description, reads_keys, settings (the names "
+      "of its own settings).");
   m.def("_make_config", &make_config, py::arg("config") = py::none());
 }
 

@@ -19,6 +19,25 @@ def test_defaults_and_names():
     assert [r["name"] for r in amc.rules()] == ["mean", "bound", "oracle", "twostage", "submean"]
 
 
+def test_every_rules_own_settings_are_settings():
+    # A rule's own settings (RuleInfo::settings in its C++ header) reach Python with no code of
+    # their own: rows of amc.settings(), attributes, keywords, to_dict, text and ==.
+    own = [(r["name"], name) for r in amc.rules() for name in r["settings"]]
+    assert own == [("twostage", "shortlist"), ("twostage", "shortlist_score"),
+                   ("submean", "sub_blocks")]
+    rows = {s["name"]: s for s in amc.settings()}
+    for rule, name in own:
+        assert rows[name]["optional"] and rows[name]["default"] is None, name
+        assert hasattr(amc.SparseConfig, name), name
+        value = "bound" if rows[name]["kind"] == "name" else 2
+        config = amc.SparseConfig(score=rule, **{name: value})
+        assert getattr(config, name) == value and config.to_dict()[name] == value
+        assert amc.SparseConfig.parse(config.to_text()) == config
+        assert config != amc.SparseConfig(score=rule)
+        setattr(config, name, None)
+        assert config == amc.SparseConfig(score=rule)
+
+
 @pytest.mark.parametrize("score", ["mean", "bound", "oracle", "twostage", "submean"])
 def test_rules_by_name(score):
     config = amc.SparseConfig(score=score, top_k=3, scope="group", combine="max")

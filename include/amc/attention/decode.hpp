@@ -580,6 +580,6 @@ class BlockSparseDecode {
 static_assert(DecodeOperator<DenseDecode, KvView<float>>);
 static_assert(DecodeOperator<DenseDecode, PagedKvView<bf16>>);
 static_assert(DecodeOperator<BlockSparseDecode<>, KvView<f16>>);
-static_assert(DecodeOperator<BlockSparseDecode<MeanPooledSelector>, PagedKvView<float>>);
+static_assert(DecodeOperator<BlockSparseDecode<MeanPooledRule>, PagedKvView<float>>);
 
 }  // namespace amc

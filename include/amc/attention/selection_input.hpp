@@ -123,11 +123,29 @@ class KeyRows {
                  std::ptrdiff_t);
 };
 
-/// A registered block scoring rule (rule_info.hpp): the runtime-dispatched counterpart of a
-/// BlockSelector. Implementations are stateless and const, so one rule may serve every thread.
+/// A block scoring rule: the one face of every built-in rule (attention/rules/*.hpp), made by
+/// the registry (rule_info.hpp) for RuleSelector, the runtime choice by SparseConfig::score.
+/// Implementations are stateless and const, so one rule may serve every thread.
+///
+/// A rule also models BlockSelector through score_blocks / score_blocks_group below (the
+/// adapter): BlockSparseDecode<MeanPooledRule> runs a rule with no runtime choice, and a
+/// user-written selector calls a built-in rule as `amc::MeanPooledRule{}.score_blocks(in, kv,
+/// scores)`.
 class BlockRule {
  public:
   virtual ~BlockRule() = default;
+
+  /// As a BlockSelector: score() on the keys of `kv`.
+  template <KvViewLike View>
+  void score_blocks(const BlockScoringInput& in, const View& kv, std::span<float> scores) const {
+    score(in, KeyRows(kv), scores);
+  }
+  /// As a BlockSelector that scores a group at once: score_group() on the keys of `kv`.
+  template <KvViewLike View>
+  void score_blocks_group(const GroupScoringInput& in, const View& kv,
+                          std::span<float> scores) const {
+    score_group(in, KeyRows(kv), scores);
+  }
 
   /// Fills scores[b] for every candidate block b of one query head.
   virtual void score(const BlockScoringInput& in, const KeyRows& keys,

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "amc/attention/rule_info.hpp"
@@ -34,50 +35,9 @@ enum class GroupCombine : std::uint8_t {
   max,  ///< max over heads (any single head that wants a block strongly can win it)
 };
 
-/// A block scoring rule, by its registered name (src/rule_registry.cpp lists them; a rule is
-/// one file in amc/attention/rules/ plus one line of that registry). A small value type:
-/// copying it copies a name.
-class ScoreRule {
- public:
-  /// The mean-pooled rule, the method under study.
-  constexpr ScoreRule() = default;
-
-  /// The registered rule called `name`; throws amc::error listing the registered names.
-  static ScoreRule named(std::string_view name) { return ScoreRule(find_rule(name).name); }
-
-  constexpr std::string_view name() const { return name_; }
-  /// Its registry entry (what it needs, how to make it).
-  const RuleInfo& info() const { return find_rule(name_); }
-
-  friend constexpr bool operator==(const ScoreRule& a, const ScoreRule& b) {
-    return a.name_ == b.name_;
-  }
-  friend constexpr auto operator<=>(const ScoreRule& a, const ScoreRule& b) {
-    return a.name_ <=> b.name_;
-  }
-
-  // The built-in rules, for code that names them (tools select rules by name).
-  static const ScoreRule mean_pooled;      ///< "mean": c <q, mean key>
-  static const ScoreRule channel_bound;    ///< "bound": c sum_i max(q_i min_i, q_i max_i)
-  static const ScoreRule oracle;           ///< "oracle": the true block mass; reads every key
-  static const ScoreRule two_stage;        ///< "twostage": a shortlist rescored from its keys
-  static const ScoreRule sub_block_means;  ///< "submean": the best sub-block mean score
-
- private:
-  constexpr explicit ScoreRule(std::string_view name) : name_(name) {}
-  std::string_view name_ = "mean";  // points at static storage (a literal or the registry)
-};
-
-inline constexpr ScoreRule ScoreRule::mean_pooled{"mean"};
-inline constexpr ScoreRule ScoreRule::channel_bound{"bound"};
-inline constexpr ScoreRule ScoreRule::oracle{"oracle"};
-inline constexpr ScoreRule ScoreRule::two_stage{"twostage"};
-inline constexpr ScoreRule ScoreRule::sub_block_means{"submean"};
-
 constexpr std::string_view to_string(SelectionScope scope) {
   return scope == SelectionScope::per_head ? "head" : "group";
 }
-constexpr std::string_view to_string(ScoreRule rule) { return rule.name(); }
 constexpr std::string_view to_string(GroupCombine combine) {
   return combine == GroupCombine::sum ? "sum" : "max";
 }
@@ -132,22 +92,12 @@ struct SparseConfig {
   /// best-scoring blocks whose estimated mass, the softmax of the scores over the candidate
   /// blocks, reaches top_p; at most top_k of them. Unset: always top_k.
   std::optional<double> top_p;
-  /// The two-stage rule ("twostage") shortlists shortlist * k blocks by the rule
-  /// shortlist_score and rescores them from their keys; unset: kDefaultShortlist.
-  std::optional<std::int64_t> shortlist;
-  /// The two-stage rule's first stage: a rule that reads only summaries; unset: mean pooling.
-  std::optional<ScoreRule> shortlist_score;
-  /// The sub-block-means rule ("submean") keeps this many means per block (dividing
-  /// block_size); unset: kDefaultSubBlocks.
-  std::optional<std::int64_t> sub_blocks;
+  /// The registered rules' own settings (RuleInfo::settings: two-stage's shortlist and
+  /// shortlist_score, sub-block means' sub_blocks, ...), those set; unset ones read as their
+  /// rule's default. Rows of sparse_settings() like the fields above, so set by name:
+  /// `config.set("shortlist", "2")`, or typed: `config.rule_settings.set("shortlist", 2)`.
+  RuleSettings rule_settings;
 
-  static constexpr std::int64_t kDefaultShortlist = 4;
-  static constexpr std::int64_t kDefaultSubBlocks = 4;
-  std::int64_t shortlist_or_default() const { return shortlist.value_or(kDefaultShortlist); }
-  std::int64_t sub_blocks_or_default() const { return sub_blocks.value_or(kDefaultSubBlocks); }
-  ScoreRule shortlist_score_or_default() const {
-    return shortlist_score.value_or(ScoreRule::mean_pooled);
-  }
   /// The most blocks one selection keeps: top_k, or max_k (unset: every candidate) when
   /// adaptive. What a two-stage rule sizes its shortlist by.
   std::int64_t most_blocks() const {
@@ -160,6 +110,12 @@ struct SparseConfig {
   void validate() const;
 
   bool adaptive() const { return target_eps.has_value(); }
+
+  /// Sets the setting (a row of sparse_settings(): a field or a rule's setting) called `name`
+  /// from its text form ("" unsets an optional one); throws amc::error naming it and the text.
+  inline void set(std::string_view name, std::string_view text);
+  /// The text form of the setting called `name` ("" when an optional one is unset).
+  inline std::string get(std::string_view name) const;
 
   /// Nominal support size sinks + window + top_k * block_size (the actual one can be smaller:
   /// short caches, blocks overlapping sinks or window).
@@ -179,38 +135,40 @@ inline SummaryOptions required_summaries(const SparseConfig& config) {
 
 // --- the settings, one row each -------------------------------------------------------------
 
-/// How a setting's value is written in JSON.
-enum class SettingKind : std::uint8_t { integer, real, name };
-
 /// One selection setting: its name (JSON key, text key, and with '_' as '-' the command-line
 /// flag), what it means, what a value must be, and its value as text. Unset optional settings
 /// read as "" and are left out of JSON. Rows are made from the field's member pointer
-/// (sparse_settings()), so reading, writing and checking a field are written once.
+/// (sparse_settings()), or from a registered rule's own setting (RuleInfo::settings), so
+/// reading, writing and checking a setting are written once.
 struct SparseSetting {
   std::string_view name;
   std::string_view help;
   SettingKind kind;
   bool optional;                 ///< may be unset ("" clears it)
   std::string_view requirement;  ///< "an integer > 0", "'head' or 'group'", ...
+  /// The rule whose own setting this is ("twostage" for shortlist); empty for a field of
+  /// SparseConfig.
+  std::string_view rule = {};
+  const RuleSetting* rule_setting = nullptr;  ///< its row in the registry, for a rule's setting
 
-  /// The field's value as text ("" when an optional setting is unset).
-  std::string get(const SparseConfig& config) const { return to_text_(config); }
-  /// Parses `text` into the field, which is left unchanged when `text` is refused; throws
+  /// The setting's value as text ("" when an optional setting is unset).
+  std::string get(const SparseConfig& config) const { return to_text_(*this, config); }
+  /// Parses `text` into the setting, which is left unchanged when `text` is refused; throws
   /// amc::error "amc::SparseConfig: <name> must be <requirement>, got '<text>'".
   void set(SparseConfig& config, std::string_view text) const { from_text_(*this, config, text); }
   /// Throws amc::error "amc::SparseConfig::validate: <name> must be <requirement>, got <value>"
-  /// when the field holds a value its row refuses (a C++ caller can set any value).
+  /// when the setting holds a value its row refuses (a C++ caller can set any value).
   void check(const SparseConfig& config) const {
-    if (!allows_(config)) {
+    if (!allows_(*this, config)) {
       detail::throw_error("amc::SparseConfig::validate", name, " must be ", requirement, ", got ",
                           get(config));
     }
   }
 
-  // The row's operations on its field, generated by the row makers below.
-  std::string (*to_text_)(const SparseConfig&);
+  // The row's operations on its setting, generated by the row makers below.
+  std::string (*to_text_)(const SparseSetting&, const SparseConfig&);
   void (*from_text_)(const SparseSetting&, SparseConfig&, std::string_view);
-  bool (*allows_)(const SparseConfig&);
+  bool (*allows_)(const SparseSetting&, const SparseConfig&);
 };
 
 namespace detail {
@@ -226,6 +184,18 @@ std::string setting_number_text(T value) {
   char buffer[64];
   const auto [ptr, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
   return std::string(buffer, ptr);
+}
+
+/// The number `text` holds if all of it is one in `allowed` (reals finite), else nullopt.
+template <class T>
+std::optional<T> parse_number_text(std::string_view text, const auto& allowed) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || !allowed.contains(value)) {
+    return std::nullopt;
+  }
+  return value;
 }
 
 inline std::string rule_choices() {
@@ -256,7 +226,7 @@ struct Interval {
   bool high_open = false;
 
   template <class T>
-  bool contains(T value) const {
+  constexpr bool contains(T value) const {
     if constexpr (std::is_floating_point_v<T>) {
       if (!std::isfinite(value)) return false;
     }
@@ -303,7 +273,9 @@ constexpr SparseSetting number_row(std::string_view name, std::string_view help,
       std::is_integral_v<Value> ? SettingKind::integer : SettingKind::real,
       optional,
       requirement,
-      [](const SparseConfig& c) {
+      {},
+      nullptr,
+      [](const SparseSetting&, const SparseConfig& c) {
         const auto* value = field_value<member>(c);
         return value ? setting_number_text(*value) : std::string();
       },
@@ -311,15 +283,11 @@ constexpr SparseSetting number_row(std::string_view name, std::string_view help,
         if constexpr (optional) {
           if (text.empty()) return (c.*member).reset();
         }
-        Value value{};
-        const char* end = text.data() + text.size();
-        const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-        if (text.empty() || ec != std::errc() || ptr != end || !allowed.contains(value)) {
-          bad_setting(row.name, row.requirement, text);
-        }
-        c.*member = value;
+        const auto value = parse_number_text<Value>(text, allowed);
+        if (!value) bad_setting(row.name, row.requirement, text);
+        c.*member = *value;
       },
-      [](const SparseConfig& c) {
+      [](const SparseSetting&, const SparseConfig& c) {
         const auto* value = field_value<member>(c);
         return value == nullptr || allowed.contains(*value);
       },
@@ -338,7 +306,9 @@ constexpr SparseSetting name_row(std::string_view name, std::string_view help,
       SettingKind::name,
       optional,
       requirement,
-      [](const SparseConfig& c) {
+      {},
+      nullptr,
+      [](const SparseSetting&, const SparseConfig& c) {
         const auto* value = field_value<member>(c);
         if (value == nullptr) return std::string();
         using Value = std::remove_cvref_t<decltype(*value)>;
@@ -358,9 +328,49 @@ constexpr SparseSetting name_row(std::string_view name, std::string_view help,
         if (!value) bad_setting(row.name, row.requirement, text);
         c.*member = *value;
       },
-      [](const SparseConfig& c) {
+      [](const SparseSetting&, const SparseConfig& c) {
         const auto* value = field_value<member>(c);
         return value == nullptr || allows(*value);
+      },
+  };
+}
+
+/// The row of a registered rule's own setting: always optional (unset: the rule's default),
+/// its value kept in SparseConfig::rule_settings. `requirement` is the row's requirement text,
+/// kept by sparse_settings().
+inline SparseSetting rule_setting_row(const RuleInfo& rule, const RuleSetting& setting,
+                                      std::string_view requirement) {
+  return {
+      setting.name,
+      setting.help,
+      setting.kind,
+      true,
+      requirement,
+      rule.name,
+      &setting,
+      [](const SparseSetting& row, const SparseConfig& c) {
+        const RuleSettingValue* value = c.rule_settings.find(row.name);
+        if (value == nullptr) return std::string();
+        return std::visit(
+            [](const auto& v) -> std::string {
+              if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, ScoreRule>) {
+                return std::string(v.name());
+              } else {
+                return setting_number_text(v);
+              }
+            },
+            *value);
+      },
+      [](const SparseSetting& row, SparseConfig& c, std::string_view text) {
+        if (text.empty()) return c.rule_settings.reset(row.name);
+        const auto value = row.rule_setting->parse(text);
+        if (!value) bad_setting(row.name, row.requirement, text);
+        c.rule_settings.set(row.name, *value);
+      },
+      [](const SparseSetting& row, const SparseConfig& c) {
+        const RuleSettingValue* value = c.rule_settings.find(row.name);
+        return value == nullptr || (value->index() == static_cast<std::size_t>(row.kind) &&
+                                    row.rule_setting->allows(*value));
       },
   };
 }
@@ -397,54 +407,114 @@ inline bool reads_only_summaries(ScoreRule rule) {
 
 }  // namespace detail
 
-/// Every selection setting, in the order tools print them.
+// --- makers of a rule's own settings (RuleInfo::settings), for the headers in rules/ ----------
+
+/// An integer setting of a rule whose values must lie in `allowed` (detail::kAtLeastOne, ...),
+/// described to users as `requirement` ("an integer >= 1").
+template <detail::Interval allowed>
+constexpr RuleSetting integer_rule_setting(std::string_view name, std::string_view help,
+                                           std::string_view requirement,
+                                           std::int64_t default_value) {
+  return {name,
+          help,
+          SettingKind::integer,
+          requirement,
+          nullptr,
+          default_value,
+          [](std::string_view text) -> std::optional<RuleSettingValue> {
+            const auto value = detail::parse_number_text<std::int64_t>(text, allowed);
+            if (!value) return std::nullopt;
+            return *value;
+          },
+          [](const RuleSettingValue& value) {
+            const auto* number = std::get_if<std::int64_t>(&value);
+            return number != nullptr && allowed.contains(*number);
+          }};
+}
+
+/// A setting of a rule that names a registered rule: any (reads_keys_too) or one that reads
+/// only summaries. Its requirement lists the choices the registry offers.
+template <bool reads_keys_too>
+constexpr RuleSetting rule_name_setting(std::string_view name, std::string_view help,
+                                        std::string_view requirement, ScoreRule default_value) {
+  return {name,
+          help,
+          SettingKind::name,
+          requirement,
+          reads_keys_too ? &detail::rule_choices : &detail::summary_rule_choices,
+          default_value,
+          [](std::string_view text) -> std::optional<RuleSettingValue> {
+            const auto rule =
+                reads_keys_too ? detail::rule_named(text) : detail::summary_rule_named(text);
+            if (!rule) return std::nullopt;
+            return *rule;
+          },
+          [](const RuleSettingValue& value) {
+            const auto* rule = std::get_if<ScoreRule>(&value);
+            return rule != nullptr && (reads_keys_too ? detail::registered(*rule)
+                                                      : detail::reads_only_summaries(*rule));
+          }};
+}
+
+/// Every selection setting, in the order tools print them: SparseConfig's fields, then every
+/// registered rule's own settings, in registration order.
 inline std::span<const SparseSetting> sparse_settings() {
   using namespace detail;
   using C = SparseConfig;
-  // Requirements listing the registered rules are built once, when the table is.
+  // Built once: requirements listing the registered rules, and the rules' rows.
   static const std::string rules = "one of " + rule_choices();
-  static const std::string first_stages =
-      "a rule that reads only summaries: " + summary_rule_choices();
-  static const SparseSetting settings[] = {
-      number_row<&C::block_size, kPositive>("block_size", "positions per block", "an integer > 0"),
-      number_row<&C::top_k, kNonNegative>("top_k", "blocks selected beyond sinks and window",
-                                          "an integer >= 0"),
-      number_row<&C::sinks, kNonNegative>("sinks", "first positions always kept",
-                                          "an integer >= 0"),
-      number_row<&C::window, kNonNegative>("window", "last positions always kept",
-                                           "an integer >= 0"),
-      name_row<&C::scope, scope_named, valid_scope>(
-          "scope", "selection per query head or per GQA group: head|group", "'head' or 'group'"),
-      name_row<&C::score, rule_named, registered>(
-          "score", "block scoring rule (see docs/selectors.md)", rules),
-      name_row<&C::combine, combine_named, valid_combine>(
-          "combine", "per-group scope: combine the heads' softmax-normalised block scores: sum|max",
-          "'sum' or 'max'"),
-      number_row<&C::scale, kScale>("scale", "attention scale c (unset: 1/sqrt(head_dim))",
-                                    "a positive finite number"),
-      number_row<&C::target_eps, kUnitClosed>(
-          "target_eps",
-          "adaptive: add blocks until the certified omitted-mass bound is <= this, in [0, 1]",
-          "a number in [0, 1]"),
-      number_row<&C::max_k, kNonNegative>(
-          "max_k", "adaptive: add at most this many blocks (unset: all)", "an integer >= 0"),
-      number_row<&C::top_p, kUnitOpenBelow>(
-          "top_p",
-          "top-p budget: the fewest best blocks whose estimated mass share reaches this, in "
-          "(0, 1], at most top_k",
-          "a number in (0, 1]"),
-      number_row<&C::shortlist, kAtLeastOne>(
-          "shortlist",
-          "score twostage: blocks shortlisted by shortlist_score per block kept (unset: 4)",
-          "an integer >= 1"),
-      name_row<&C::shortlist_score, summary_rule_named, reads_only_summaries>(
-          "shortlist_score",
-          "score twostage: the first stage's rule, one that reads only summaries (unset: mean)",
-          first_stages),
-      number_row<&C::sub_blocks, kAtLeastOne>(
-          "sub_blocks", "score submean: sub-block means per block, dividing block_size (unset: 4)",
-          "an integer >= 1"),
-  };
+  static const std::vector<SparseSetting> settings = [] {
+    std::vector<SparseSetting> out = {
+        number_row<&C::block_size, kPositive>("block_size", "positions per block",
+                                              "an integer > 0"),
+        number_row<&C::top_k, kNonNegative>("top_k", "blocks selected beyond sinks and window",
+                                            "an integer >= 0"),
+        number_row<&C::sinks, kNonNegative>("sinks", "first positions always kept",
+                                            "an integer >= 0"),
+        number_row<&C::window, kNonNegative>("window", "last positions always kept",
+                                             "an integer >= 0"),
+        name_row<&C::scope, scope_named, valid_scope>(
+            "scope", "selection per query head or per GQA group: head|group", "'head' or 'group'"),
+        name_row<&C::score, rule_named, registered>(
+            "score", "block scoring rule (see docs/selectors.md)", rules),
+        name_row<&C::combine, combine_named, valid_combine>(
+            "combine",
+            "per-group scope: combine the heads' softmax-normalised block scores: sum|max",
+            "'sum' or 'max'"),
+        number_row<&C::scale, kScale>("scale", "attention scale c (unset: 1/sqrt(head_dim))",
+                                      "a positive finite number"),
+        number_row<&C::target_eps, kUnitClosed>(
+            "target_eps",
+            "adaptive: add blocks until the certified omitted-mass bound is <= this, in [0, 1]",
+            "a number in [0, 1]"),
+        number_row<&C::max_k, kNonNegative>(
+            "max_k", "adaptive: add at most this many blocks (unset: all)", "an integer >= 0"),
+        number_row<&C::top_p, kUnitOpenBelow>(
+            "top_p",
+            "top-p budget: the fewest best blocks whose estimated mass share reaches this, in "
+            "(0, 1], at most top_k",
+            "a number in (0, 1]"),
+    };
+    // Requirement texts of the rules' rows (a list of rules is built here, after the registry).
+    static std::vector<std::string> requirements;
+    for (const RuleInfo& rule : registered_rules()) {
+      for (const RuleSetting& setting : rule.settings)
+        requirements.push_back(setting.requirement_text());
+    }
+    std::size_t at = 0;
+    for (const RuleInfo& rule : registered_rules()) {
+      for (const RuleSetting& setting : rule.settings) {
+        for (const SparseSetting& earlier : out) {
+          if (earlier.name == setting.name) {
+            detail::throw_error("amc::sparse_settings", "rule ", rule.name, "'s setting ",
+                                setting.name, " has the name of another setting");
+          }
+        }
+        out.push_back(rule_setting_row(rule, setting, requirements[at++]));
+      }
+    }
+    return out;
+  }();
   return settings;
 }
 
@@ -459,17 +529,21 @@ inline const SparseSetting& sparse_setting(std::string_view name) {
   detail::throw_error("amc::SparseConfig", "no setting '", name, "' (settings: ", names, ")");
 }
 
+inline void SparseConfig::set(std::string_view name, std::string_view text) {
+  sparse_setting(name).set(*this, text);
+}
+inline std::string SparseConfig::get(std::string_view name) const {
+  return sparse_setting(name).get(*this);
+}
+
 inline void SparseConfig::validate() const {
   for (const SparseSetting& setting : sparse_settings()) setting.check(*this);
   constexpr const char* where = "amc::SparseConfig::validate";
   AMC_CHECK(!max_k || target_eps, where, "max_k needs target_eps (it caps adaptive selection)");
   AMC_CHECK(!top_p || !target_eps, where, "top_p and target_eps are two adaptive budgets (top_p ",
             top_p ? *top_p : 0.0, ", target_eps ", target_eps ? *target_eps : 0.0, "); set one");
-  const RuleInfo& rule = score.info();
-  const std::int64_t rule_sub_blocks = rule.summaries ? rule.summaries(*this).sub_blocks : 0;
-  AMC_CHECK(rule_sub_blocks == 0 || block_size % rule_sub_blocks == 0, where, "score ",
-            score.name(), " keeps ", rule_sub_blocks, " sub-blocks per block (sub_blocks), ",
-            "which must divide block_size ", block_size);
+  // The configured rule's own cross-checks (a rule's settings against the fields).
+  if (const RuleInfo& rule = score.info(); rule.check != nullptr) rule.check(*this);
 }
 
 /// "block_size=16 top_k=8 sinks=1 window=64 scope=head score=mean combine=sum": every set

@@ -42,20 +42,24 @@ class SparseOptions {
       : SparseOptions(app, std::move(defaults), omit, false) {}
 
   /// Only the settings named in `names` (e.g. {"sinks", "window"} for a tool whose block
-  /// sizes and rules are lists of its own).
+  /// sizes and rules are lists of its own), and with `rule_settings` every registered rule's
+  /// own settings (RuleInfo::settings: --shortlist, --sub-blocks, ...), so that a tool whose
+  /// rules are a list of its own takes a new rule's settings without naming them.
   struct Only {
     std::initializer_list<std::string_view> names;
+    bool rule_settings = false;
   };
   SparseOptions(CLI::App& app, SparseConfig defaults, Only only)
       : SparseOptions(app, std::move(defaults), std::span(only.names.begin(), only.names.size()),
-                      true) {}
+                      true, only.rule_settings) {}
 
  private:
   SparseOptions(CLI::App& app, SparseConfig defaults, std::span<const std::string_view> names,
-                bool keep_named)
+                bool keep_named, bool keep_rule_settings = false)
       : defaults_(std::move(defaults)) {
     for (const SparseSetting& setting : sparse_settings()) {
-      const bool named = std::find(names.begin(), names.end(), setting.name) != names.end();
+      const bool named = std::find(names.begin(), names.end(), setting.name) != names.end() ||
+                         (keep_rule_settings && !setting.rule.empty());
       if (named != keep_named) continue;
       Entry& entry = entries_.emplace_back();
       entry.setting = &setting;

@@ -19,35 +19,23 @@
 
 namespace amc {
 
-/// As a BlockSelector (a template argument of BlockSparseDecode).
-struct ChannelBoundSelector {
-  /// Each block's score reads that block alone (BlockSparseDecode::scores_in_parts).
-  static constexpr bool scores_each_block_alone() { return true; }
-
-  template <KvViewLike View>
-  void score_blocks(const BlockScoringInput& in, const View& /*kv*/,
-                    std::span<float> scores) const {
-    score(in, scores);
-  }
-
-  /// All heads in one pass over the bound rows: scores is [heads, blocks].
-  template <KvViewLike View>
-  void score_blocks_group(const GroupScoringInput& in, const View& /*kv*/,
-                          std::span<float> scores) const {
-    score_group(in, scores);
-  }
-
-  static void score(const BlockScoringInput& in, std::span<float> scores) {
+/// A BlockRule; also a BlockSelector (BlockSparseDecode<ChannelBoundRule>, or called from a
+/// user's selector: BlockRule's score_blocks).
+class ChannelBoundRule final : public BlockRule {
+ public:
+  bool scores_each_block_alone() const override { return true; }
+  void score(const BlockScoringInput& in, const KeyRows&, std::span<float> scores) const override {
     score_heads(in.query.data(), 1, in.summaries, in.candidates, scores.data(), 0);
   }
-
-  static void score_group(const GroupScoringInput& in, std::span<float> scores) {
+  /// All heads in one pass over the bound rows: scores is [heads, blocks].
+  void score_group(const GroupScoringInput& in, const KeyRows&,
+                   std::span<float> scores) const override {
     score_heads(in.queries, in.heads, in.summaries, in.candidates, scores.data(),
                 in.summaries.blocks());
   }
 
- private:
-  /// out[h * out_stride + b] for every candidate block b; queries: [heads, head_dim].
+  /// out[h * out_stride + b] for every candidate block b; queries: [heads, head_dim], scaled.
+  /// Needs no keys: callable on summaries alone.
   static void score_heads(const float* queries, std::int64_t heads, const BlockSummaries& summaries,
                           const CandidateBlocks& c, float* out, std::ptrdiff_t out_stride) {
     if (c.count() == 0) return;
@@ -67,19 +55,6 @@ struct ChannelBoundSelector {
     kernels::active().score_rows[kernels::index_of(StorageType::bf16)](
         split.data(), heads, 2 * d, rows.data() + c.first * 2 * d, 2 * d, c.count(), out + c.first,
         out_stride);
-  }
-};
-
-/// As a registered rule.
-class ChannelBoundRule final : public BlockRule {
- public:
-  bool scores_each_block_alone() const override { return true; }
-  void score(const BlockScoringInput& in, const KeyRows&, std::span<float> scores) const override {
-    ChannelBoundSelector::score(in, scores);
-  }
-  void score_group(const GroupScoringInput& in, const KeyRows&,
-                   std::span<float> scores) const override {
-    ChannelBoundSelector::score_group(in, scores);
   }
 };
 

@@ -11,53 +11,30 @@
 
 namespace amc {
 
-/// As a BlockSelector (a template argument of BlockSparseDecode).
-struct MeanPooledSelector {
-  /// Each block's score reads that block alone (BlockSparseDecode::scores_in_parts).
-  static constexpr bool scores_each_block_alone() { return true; }
-
-  template <KvViewLike View>
-  void score_blocks(const BlockScoringInput& in, const View& /*kv*/,
-                    std::span<float> scores) const {
-    score(in, scores);
-  }
-
-  /// All heads in one pass over the mean keys: scores is [heads, blocks].
-  template <KvViewLike View>
-  void score_blocks_group(const GroupScoringInput& in, const View& /*kv*/,
-                          std::span<float> scores) const {
-    score_group(in, scores);
-  }
-
-  static void score(const BlockScoringInput& in, std::span<float> scores) {
-    const auto& c = in.candidates;
-    if (c.count() == 0) return;
-    const auto means = in.summaries.mean_keys();
-    kernels::active().score_rows[kernels::index_of(StorageType::f32)](
-        in.query.data(), 1, in.summaries.head_dim(), means.data() + c.first * means.outerStride(),
-        means.outerStride(), c.count(), scores.data() + c.first, 0);
-  }
-
-  static void score_group(const GroupScoringInput& in, std::span<float> scores) {
-    const auto& c = in.candidates;
-    if (c.count() == 0) return;
-    const auto means = in.summaries.mean_keys();
-    kernels::active().score_rows[kernels::index_of(StorageType::f32)](
-        in.queries, in.heads, in.summaries.head_dim(), means.data() + c.first * means.outerStride(),
-        means.outerStride(), c.count(), scores.data() + c.first, in.summaries.blocks());
-  }
-};
-
-/// As a registered rule.
+/// A BlockRule; also a BlockSelector (BlockSparseDecode<MeanPooledRule>, or called from a
+/// user's selector: BlockRule's score_blocks).
 class MeanPooledRule final : public BlockRule {
  public:
   bool scores_each_block_alone() const override { return true; }
   void score(const BlockScoringInput& in, const KeyRows&, std::span<float> scores) const override {
-    MeanPooledSelector::score(in, scores);
+    score_heads(in.query.data(), 1, in.summaries, in.candidates, scores, 0);
   }
+  /// All heads in one pass over the mean keys: scores is [heads, blocks].
   void score_group(const GroupScoringInput& in, const KeyRows&,
                    std::span<float> scores) const override {
-    MeanPooledSelector::score_group(in, scores);
+    score_heads(in.queries, in.heads, in.summaries, in.candidates, scores, in.summaries.blocks());
+  }
+
+  /// scores[h * out_stride + b] = <queries[h], mean key of b> for every candidate block b;
+  /// queries [heads, head_dim], scaled. Needs no keys: callable on summaries alone.
+  static void score_heads(const float* queries, std::int64_t heads, const BlockSummaries& summaries,
+                          const CandidateBlocks& c, std::span<float> scores,
+                          std::ptrdiff_t out_stride) {
+    if (c.count() == 0) return;
+    const auto means = summaries.mean_keys();
+    kernels::active().score_rows[kernels::index_of(StorageType::f32)](
+        queries, heads, summaries.head_dim(), means.data() + c.first * means.outerStride(),
+        means.outerStride(), c.count(), scores.data() + c.first, out_stride);
   }
 };
 

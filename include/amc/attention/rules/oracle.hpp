@@ -15,17 +15,13 @@
 
 namespace amc {
 
-/// As a BlockSelector (a template argument of BlockSparseDecode).
-struct OracleSelector {
-  /// Each block's score reads that block alone (BlockSparseDecode::scores_in_parts).
-  static constexpr bool scores_each_block_alone() { return true; }
-
-  template <KvViewLike View>
-  void score_blocks(const BlockScoringInput& in, const View& kv, std::span<float> scores) const {
-    score(in, KeyRows(kv), scores);
-  }
-
-  static void score(const BlockScoringInput& in, const KeyRows& keys, std::span<float> scores) {
+/// A BlockRule; also a BlockSelector (BlockSparseDecode<OracleRule>, or called from a user's
+/// selector: BlockRule's score_blocks).
+class OracleRule final : public BlockRule {
+ public:
+  bool scores_each_block_alone() const override { return true; }
+  void score(const BlockScoringInput& in, const KeyRows& keys,
+             std::span<float> scores) const override {
     const auto& c = in.candidates;
     std::vector<float> block_scores(static_cast<std::size_t>(in.summaries.block_size()));
     for (std::int64_t b = c.first; b < c.last; ++b) {
@@ -46,16 +42,6 @@ struct OracleSelector {
     const auto& table = kernels::active();
     const float max = table.max(scratch.data(), count);
     return max + std::log(table.exp_sum(scratch.data(), count, max));
-  }
-};
-
-/// As a registered rule.
-class OracleRule final : public BlockRule {
- public:
-  bool scores_each_block_alone() const override { return true; }
-  void score(const BlockScoringInput& in, const KeyRows& keys,
-             std::span<float> scores) const override {
-    OracleSelector::score(in, keys, scores);
   }
 };
 

@@ -1,5 +1,5 @@
 // The sub-block-means rule ("submean"): a richer summary. Each block keeps the mean keys of S
-// equal sub-blocks (SparseConfig::sub_blocks; BlockSummaries::sub_block_means), and a block
+// equal sub-blocks (its setting sub_blocks; BlockSummaries::sub_block_means), and a block
 // scores max_j (c <q, kbar_{b,j}> + log n_j), n_j the positions of sub-block j: the mean rule's
 // estimate of log-mass applied to the sub-block that has the most, within log S of their sum
 // (a max, not a log-sum-exp, so that scoring stays one dot product and one compare per row).
@@ -23,32 +23,48 @@
 
 namespace amc {
 
-/// As a BlockSelector (a template argument of BlockSparseDecode).
-struct SubBlockMeansSelector {
-  /// Each block's score reads that block alone (BlockSparseDecode::scores_in_parts).
-  static constexpr bool scores_each_block_alone() { return true; }
-
-  template <KvViewLike View>
-  void score_blocks(const BlockScoringInput& in, const View& /*kv*/,
-                    std::span<float> scores) const {
-    score(in, scores);
+/// A BlockRule; also a BlockSelector (BlockSparseDecode<SubBlockMeansRule>, or called from a
+/// user's selector: BlockRule's score_blocks).
+class SubBlockMeansRule final : public BlockRule {
+ public:
+  /// Its own setting: sub-block means per block (SparseConfig::rule_settings, "sub_blocks").
+  static constexpr std::int64_t kDefaultSubBlocks = 4;
+  static std::span<const RuleSetting> settings() {
+    static const RuleSetting rows[] = {
+        integer_rule_setting<detail::kAtLeastOne>(
+            "sub_blocks",
+            "score submean: sub-block means per block, dividing block_size (unset: 4)",
+            "an integer >= 1", kDefaultSubBlocks),
+    };
+    return rows;
+  }
+  /// The sub_blocks of `config` (its default when unset).
+  static std::int64_t sub_blocks(const SparseConfig& config) {
+    return config.rule_settings.get<std::int64_t>("sub_blocks");
+  }
+  /// Its summaries, when `config.score` names it (or a two-stage rule's first stage does).
+  static SummaryOptions summaries(const SparseConfig& config) {
+    return SummaryOptions{.sub_blocks = sub_blocks(config)};
+  }
+  /// The sub-blocks must divide block_size (BlockSummaries builds equal ones).
+  static void check(const SparseConfig& config) {
+    const std::int64_t count = sub_blocks(config);
+    AMC_CHECK(count <= 0 || config.block_size % count == 0, "amc::SparseConfig::validate", "score ",
+              config.score.name(), " keeps ", count, " sub-blocks per block (sub_blocks), ",
+              "which must divide block_size ", config.block_size);
   }
 
-  template <KvViewLike View>
-  void score_blocks_group(const GroupScoringInput& in, const View& /*kv*/,
-                          std::span<float> scores) const {
-    score_group(in, scores);
-  }
-
-  static void score(const BlockScoringInput& in, std::span<float> scores) {
+  bool scores_each_block_alone() const override { return true; }
+  void score(const BlockScoringInput& in, const KeyRows&, std::span<float> scores) const override {
     score_heads(in.query.data(), 1, in.summaries, in.candidates, scores);
   }
-
-  static void score_group(const GroupScoringInput& in, std::span<float> scores) {
+  void score_group(const GroupScoringInput& in, const KeyRows&,
+                   std::span<float> scores) const override {
     score_heads(in.queries, in.heads, in.summaries, in.candidates, scores);
   }
 
-  /// scores [heads, blocks]; queries [heads, head_dim], scaled.
+  /// scores [heads, blocks]; queries [heads, head_dim], scaled. Needs no keys: callable on
+  /// summaries alone.
   static void score_heads(const float* queries, std::int64_t heads, const BlockSummaries& summaries,
                           const CandidateBlocks& c, std::span<float> scores) {
     if (c.count() == 0) return;
@@ -85,29 +101,18 @@ struct SubBlockMeansSelector {
   }
 };
 
-class SubBlockMeansRule final : public BlockRule {
- public:
-  bool scores_each_block_alone() const override { return true; }
-  void score(const BlockScoringInput& in, const KeyRows&, std::span<float> scores) const override {
-    SubBlockMeansSelector::score(in, scores);
-  }
-  void score_group(const GroupScoringInput& in, const KeyRows&,
-                   std::span<float> scores) const override {
-    SubBlockMeansSelector::score_group(in, scores);
-  }
-};
-
 inline RuleInfo sub_block_means_rule_info() {
-  return {"submean",
-          "max over sub_blocks sub-block means of c <q, sub-block mean> + log(its size): "
-          "an outlier key diluted by the sub-block, not the block",
-          [](const SparseConfig& config) {
-            return SummaryOptions{.sub_blocks = config.sub_blocks_or_default()};
-          },
-          false,
-          [](const SparseConfig&) -> std::unique_ptr<BlockRule> {
+  return {.name = "submean",
+          .description =
+              "max over sub_blocks sub-block means of c <q, sub-block mean> + log(its "
+              "size): an outlier key diluted by the sub-block, not the block",
+          .summaries = &SubBlockMeansRule::summaries,
+          .reads_keys = false,
+          .make = [](const SparseConfig&) -> std::unique_ptr<BlockRule> {
             return std::make_unique<SubBlockMeansRule>();
-          }};
+          },
+          .settings = SubBlockMeansRule::settings(),
+          .check = &SubBlockMeansRule::check};
 }
 
 }  // namespace amc

@@ -1,6 +1,6 @@
 // The two-stage rule ("twostage"): a cheap rule that reads only summaries (mean pooling unless
-// SparseConfig::shortlist_score names another) shortlists the shortlist * k best blocks
-// (SparseConfig::shortlist; k the most blocks one selection keeps), and a second stage scores
+// its setting shortlist_score names another) shortlists the shortlist * k best blocks (its
+// setting shortlist; k the most blocks one selection keeps), and a second stage scores
 // the shortlisted blocks from their keys, by their true log-mass as the oracle computes it.
 // Every other block scores -inf, so a selection keeps the k blocks of largest true mass within
 // the shortlist.
@@ -43,10 +43,44 @@ class TwoStageRule final : public BlockRule {
         shared_shortlist_(scope == SelectionScope::per_group),
         combine_(combine) {}
 
+  /// Its own settings (SparseConfig::rule_settings): the shortlist factor and the first stage.
+  static constexpr std::int64_t kDefaultShortlist = 4;
+  static std::span<const RuleSetting> settings() {
+    static const RuleSetting rows[] = {
+        integer_rule_setting<detail::kAtLeastOne>(
+            "shortlist",
+            "score twostage: blocks shortlisted by shortlist_score per block kept (unset: 4)",
+            "an integer >= 1", kDefaultShortlist),
+        rule_name_setting<false>(
+            "shortlist_score",
+            "score twostage: the first stage's rule, one that reads only summaries (unset: mean)",
+            "a rule that reads only summaries: ", ScoreRule::mean_pooled),
+    };
+    return rows;
+  }
+  /// The shortlist factor of `config` (its default when unset).
+  static std::int64_t shortlist_factor(const SparseConfig& config) {
+    return config.rule_settings.get<std::int64_t>("shortlist");
+  }
+  /// The first stage of `config` (mean pooling when unset).
+  static ScoreRule shortlist_score(const SparseConfig& config) {
+    return config.rule_settings.get<ScoreRule>("shortlist_score");
+  }
+  /// The first stage's summaries.
+  static SummaryOptions summaries(const SparseConfig& config) {
+    const RuleInfo& first = shortlist_score(config).info();
+    return first.summaries ? first.summaries(config) : SummaryOptions{};
+  }
+  /// The first stage's cross-checks (e.g. sub-block means' sub_blocks against block_size).
+  static void check(const SparseConfig& config) {
+    const RuleInfo& first = shortlist_score(config).info();
+    if (first.check != nullptr) first.check(config);
+  }
+
   /// shortlist * k for `config`, saturating (adaptive selection without max_k may keep every
   /// block: then every candidate is rescored, as the oracle does).
   static std::int64_t shortlist_blocks(const SparseConfig& config) {
-    const std::int64_t factor = config.shortlist_or_default();
+    const std::int64_t factor = shortlist_factor(config);
     const std::int64_t k = config.most_blocks();
     return k > std::numeric_limits<std::int64_t>::max() / factor
                ? std::numeric_limits<std::int64_t>::max()
@@ -117,7 +151,7 @@ class TwoStageRule final : public BlockRule {
     std::fill(scores.begin() + c.first, scores.begin() + c.last,
               -std::numeric_limits<float>::infinity());
     for (const std::int64_t b : shortlist) {
-      scores[static_cast<std::size_t>(b)] = OracleSelector::block_log_mass(in, keys, b, key_scores);
+      scores[static_cast<std::size_t>(b)] = OracleRule::block_log_mass(in, keys, b, key_scores);
     }
   }
 
@@ -128,19 +162,19 @@ class TwoStageRule final : public BlockRule {
 };
 
 inline RuleInfo two_stage_rule_info() {
-  return {"twostage",
-          "shortlist_score (mean unless set) shortlists shortlist x k blocks; the k of largest "
-          "true mass among them, scored from their keys",
-          [](const SparseConfig& config) {
-            const RuleInfo& first = config.shortlist_score_or_default().info();
-            return first.summaries ? first.summaries(config) : SummaryOptions{};
-          },
-          true,
-          [](const SparseConfig& config) -> std::unique_ptr<BlockRule> {
+  return {.name = "twostage",
+          .description =
+              "shortlist_score (mean unless set) shortlists shortlist x k blocks; the k "
+              "of largest true mass among them, scored from their keys",
+          .summaries = &TwoStageRule::summaries,
+          .reads_keys = true,
+          .make = [](const SparseConfig& config) -> std::unique_ptr<BlockRule> {
             return std::make_unique<TwoStageRule>(
-                config.shortlist_score_or_default().info().make(config),
+                TwoStageRule::shortlist_score(config).info().make(config),
                 TwoStageRule::shortlist_blocks(config), config.scope, config.combine);
-          }};
+          },
+          .settings = TwoStageRule::settings(),
+          .check = &TwoStageRule::check};
 }
 
 }  // namespace amc
