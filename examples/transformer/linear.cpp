@@ -70,14 +70,12 @@ namespace {
 /// Bytes a matvec over rows of blocks prefetches ahead.
 constexpr std::size_t kPrefetchBytes = 4096;
 
-/// matvec over rows kept as ggml blocks: amc::quantized_dot's kernel per row.
-void matvec_blocks(const Matrix& w, const float* x, const float* bias, std::int64_t begin,
-                   std::int64_t end, float* y) {
-  const QuantizedDotKernel dot = quantized_dot_kernel(*w.blocks);
-  const auto blocks_per_row = static_cast<std::size_t>(
-      w.cols / ggml_type_layout(static_cast<std::uint32_t>(*w.blocks))->block_elements);
-  // As matvec below, but by bytes: its 4 rows ahead are 4.5 KB of bf16 rows of 576, and
-  // rows of blocks are 3-4x shorter.
+/// y[r] = row_dot(x, row r's blocks) (+ bias[r]) for r in [begin, end) of a matrix kept as
+/// ggml blocks, prefetching by bytes: matvec's 4 rows ahead are 4.5 KB of bf16 rows of 576, and
+/// rows of blocks are 3-4x shorter.
+template <class RowDot>
+void matvec_rows_of_blocks(const Matrix& w, const float* bias, std::int64_t begin, std::int64_t end,
+                           float* y, const RowDot& row_dot) {
   const auto prefetch_rows =
       static_cast<std::int64_t>(std::max<std::size_t>(4, kPrefetchBytes / w.block_row_bytes));
   const auto* data = static_cast<const std::byte*>(w.data);
@@ -89,9 +87,23 @@ void matvec_blocks(const Matrix& w, const float* x, const float* bias, std::int6
       for (std::size_t b = 0; b < w.block_row_bytes; b += 64) __builtin_prefetch(ahead + b);
     }
 #endif
-    y[r] = dot(x, data + static_cast<std::size_t>(r) * w.block_row_bytes, blocks_per_row) +
+    y[r] = row_dot(data + static_cast<std::size_t>(r) * w.block_row_bytes) +
            (bias != nullptr ? bias[r] : 0.0f);
   }
+}
+
+std::size_t blocks_per_row(const Matrix& w) {
+  return static_cast<std::size_t>(
+      w.cols / ggml_type_layout(static_cast<std::uint32_t>(*w.blocks))->block_elements);
+}
+
+/// matvec over rows kept as ggml blocks: amc::quantized_dot's kernel per row.
+void matvec_blocks(const Matrix& w, const float* x, const float* bias, std::int64_t begin,
+                   std::int64_t end, float* y) {
+  const QuantizedDotKernel dot = quantized_dot_kernel(*w.blocks);
+  const std::size_t blocks = blocks_per_row(w);
+  matvec_rows_of_blocks(w, bias, begin, end, y,
+                        [&](const std::byte* row) { return dot(x, row, blocks); });
 }
 
 }  // namespace
@@ -164,21 +176,9 @@ void matvec_q8(const Stack& w, const float* x, const Q8Activations& xq, const fl
       matvec(*m, x, bias != nullptr ? bias + first : nullptr, lo - first, hi - first, y + first);
     } else if (lo < hi) {
       const Q8DotKernel dot = q8_dot_kernel(*m->blocks);
-      const auto blocks = static_cast<std::size_t>(m->cols / 32);
-      const auto* data = static_cast<const std::byte*>(m->data);
-      const auto prefetch_rows =
-          static_cast<std::int64_t>(std::max<std::size_t>(4, kPrefetchBytes / m->block_row_bytes));
-      for (std::int64_t r = lo - first; r < hi - first; ++r) {
-#if defined(__GNUC__)
-        if (r + prefetch_rows < m->rows) {
-          const std::byte* ahead =
-              data + static_cast<std::size_t>(r + prefetch_rows) * m->block_row_bytes;
-          for (std::size_t b = 0; b < m->block_row_bytes; b += 64) __builtin_prefetch(ahead + b);
-        }
-#endif
-        y[first + r] = dot(xq, data + static_cast<std::size_t>(r) * m->block_row_bytes, blocks) +
-                       (bias != nullptr ? bias[first + r] : 0.0f);
-      }
+      const std::size_t blocks = blocks_per_row(*m);
+      matvec_rows_of_blocks(*m, bias != nullptr ? bias + first : nullptr, lo - first, hi - first,
+                            y + first, [&](const std::byte* row) { return dot(xq, row, blocks); });
     }
     first += m->rows;
   }
