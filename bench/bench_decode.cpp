@@ -42,7 +42,7 @@ SparseConfig sparse_config() {
   c.sinks = 4;
   c.window = 64;
   c.scope = SelectionScope::per_group;  // one support per group: each block read once
-  c.score = ScoreRule::mean_pooled;
+  c.score = RuleName::mean_pooled;
   return c;
 }
 
@@ -321,7 +321,7 @@ SparseConfig rule_config(std::int64_t rule) {
     name = name.substr(0, colon);
   }
   const std::size_t slash = name.find('/');
-  c.score = ScoreRule::named(name.substr(0, slash));
+  c.score = RuleName::named(name.substr(0, slash));
   if (slash != std::string_view::npos) c.set("shortlist_score", name.substr(slash + 1));
   return c;
 }

@@ -22,7 +22,7 @@
 
 namespace {
 
-void analyse(const amc::bounds::Inputs& in, amc::SelectionScope scope, amc::ScoreRule rule) {
+void analyse(const amc::bounds::Inputs& in, amc::SelectionScope scope, amc::RuleName rule) {
   using namespace amc;
   const std::int64_t d = in.head_dim, n = in.positions, group = in.query_heads / in.kv_heads;
   SparseConfig config;
@@ -78,8 +78,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         in.v.size() != in.k.size()) {
       std::abort();
     }
-    analyse(in, amc::SelectionScope::per_head, amc::ScoreRule::mean_pooled);
-    analyse(in, amc::SelectionScope::per_group, amc::ScoreRule::channel_bound);
+    analyse(in, amc::SelectionScope::per_head, amc::RuleName::mean_pooled);
+    analyse(in, amc::SelectionScope::per_group, amc::RuleName::channel_bound);
   } catch (const amc::error&) {
     // refused, as amc-bounds would with exit status 2
   }

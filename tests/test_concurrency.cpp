@@ -65,7 +65,7 @@ std::vector<Outcome> work(const Shared& s, int rounds) {
   DenseDecode dense;
   std::vector<BlockSparseDecode<>> sparse;
   for (const auto scope : {SelectionScope::per_head, SelectionScope::per_group}) {
-    for (const auto rule : {ScoreRule::mean_pooled, ScoreRule::channel_bound, ScoreRule::oracle}) {
+    for (const auto rule : {RuleName::mean_pooled, RuleName::channel_bound, RuleName::oracle}) {
       SparseConfig config;
       config.block_size = 16;
       config.top_k = 4;

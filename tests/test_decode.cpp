@@ -92,7 +92,7 @@ TEMPLATE_TEST_CASE("block-sparse decode equals the reference restricted to its s
                    float, amc::bf16, amc::f16) {
   using T = TestType;
   for (auto scope : {SelectionScope::per_head, SelectionScope::per_group}) {
-    for (auto rule : {ScoreRule::mean_pooled, ScoreRule::channel_bound, ScoreRule::oracle}) {
+    for (auto rule : {RuleName::mean_pooled, RuleName::channel_bound, RuleName::oracle}) {
       for (std::int64_t heads : {1, 2, 7, 8}) {
         for (std::int64_t n : {1, 40, 333, 1000}) {
           CAPTURE(test::storage_name<T>(), to_string(scope), to_string(rule), heads, n);
@@ -210,7 +210,7 @@ TEST_CASE("nothing selected beyond sinks and window; partial last block", "[deco
   // The oracle with k = 1 and no window must be able to pick the partial last block.
   SparseConfig last = empty;
   last.top_k = 63;
-  last.score = ScoreRule::oracle;
+  last.score = RuleName::oracle;
   BlockSparseDecode<> all_blocks(last);
   run<bf16>(all_blocks, queries, cache.view(), &summaries, out, results);
   REQUIRE(results[0].positions_read == n);
@@ -218,7 +218,7 @@ TEST_CASE("nothing selected beyond sinks and window; partial last block", "[deco
 
 namespace {
 
-// A user-defined rule: prefer later blocks (a recency selector). Models BlockSelector.
+// A user-defined rule: prefer later blocks (a recency selector). Models BlockRuleLike.
 struct RecencySelector {
   template <KvViewLike View>
   void score_blocks(const BlockScoringInput& input, const View&, std::span<float> scores) const {
@@ -230,7 +230,7 @@ struct RecencySelector {
 }  // namespace
 
 TEST_CASE("a user-defined selector plugs into the block-sparse operator", "[decode]") {
-  static_assert(BlockSelector<RecencySelector, KvView<float>>);
+  static_assert(BlockRuleLike<RecencySelector, KvView<float>>);
   static_assert(DecodeOperator<BlockSparseDecode<RecencySelector>, PagedKvView<f16>>);
   const test::TestCache<float> cache(500, 16);
   const auto summaries = BlockSummaries::build(cache.view(), 10);

@@ -205,7 +205,7 @@ TEST_CASE("operators reject mismatched inputs", "[errors]") {
         sparse.decode(queries, KvHead<KvView<float>>{longer.view(), &summaries}, out, results);
       },
       {"summaries cover 100 positions", "KV view has 120"});
-  config.score = ScoreRule::channel_bound;  // needs channel bounds the summaries do not have
+  config.score = RuleName::channel_bound;  // needs channel bounds the summaries do not have
   BlockSparseDecode<> bound(config);
   require_error(
       [&] { bound.decode(queries, head, out, results); },

@@ -75,7 +75,7 @@ std::vector<SparseConfig> split_configs() {
       c.sinks = 3;
       c.window = 20;
       c.scope = scope;
-      c.score = ScoreRule::named(rule.name);
+      c.score = RuleName::named(rule.name);
       configs.push_back(c);
     }
   }
@@ -105,7 +105,7 @@ TEST_CASE("a group's selection scored in parts equals one part bitwise, for ever
     whole.select(queries, head);
     BlockSparseDecode<> split(config);
     if (!split.scores_in_parts()) {
-      REQUIRE(config.score == ScoreRule::two_stage);
+      REQUIRE(config.score == RuleName::two_stage);
       split.begin_selection(queries, head);
       REQUIRE_THROWS_WITH(split.score_part(head, 0, 2),
                           AMC_CONTAINS("score twostage ranks all blocks together and cannot be "

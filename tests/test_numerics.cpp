@@ -81,7 +81,7 @@ void run(Op& op, const RowMatrix& queries, const View& kv, const BlockSummaries*
   op.decode(queries, KvHead<View>{kv, summaries}, out, results);
 }
 
-SparseConfig sparse_config(SelectionScope scope, ScoreRule rule) {
+SparseConfig sparse_config(SelectionScope scope, RuleName rule) {
   SparseConfig config;
   config.block_size = 16;
   config.top_k = 3;
@@ -208,7 +208,7 @@ TEMPLATE_TEST_CASE("block-sparse decode is flagged exactly when it reads a poiso
   using T = TestType;
   const std::int64_t heads = 3, d = 32, n = 400;
   for (const auto scope : {SelectionScope::per_head, SelectionScope::per_group}) {
-    for (const auto rule : {ScoreRule::mean_pooled, ScoreRule::channel_bound, ScoreRule::oracle}) {
+    for (const auto rule : {RuleName::mean_pooled, RuleName::channel_bound, RuleName::oracle}) {
       for (const Poison poison : {Poison::k_nan, Poison::k_inf, Poison::v_nan, Poison::v_inf}) {
         // Poisoned positions in a sink, in the window and in several middle blocks.
         for (const std::int64_t p : {1, 395, 40, 133, 250, 301}) {
@@ -254,7 +254,7 @@ TEST_CASE("NaN in one query head of a sparse group: that head is flagged", "[num
   RowMatrix queries = random_queries(heads, d);
   queries(2, 0) = kNaN;
   for (const auto scope : {SelectionScope::per_head, SelectionScope::per_group}) {
-    const SparseConfig config = sparse_config(scope, ScoreRule::mean_pooled);
+    const SparseConfig config = sparse_config(scope, RuleName::mean_pooled);
     const auto summaries = BlockSummaries::build(head.view(), config.block_size);
     BlockSparseDecode<> sparse(config);
     RowMatrix out;
@@ -323,7 +323,7 @@ TEMPLATE_TEST_CASE("scores far beyond exp's range give the exact softmax (runnin
     }
 
     // The same through the block-sparse operator with a covering support.
-    SparseConfig config = sparse_config(SelectionScope::per_group, ScoreRule::mean_pooled);
+    SparseConfig config = sparse_config(SelectionScope::per_group, RuleName::mean_pooled);
     config.top_k = 1000;
     config.scale = 1.0f;
     const auto summaries = BlockSummaries::build(huge.view(), config.block_size);
@@ -362,7 +362,7 @@ TEMPLATE_TEST_CASE("all-equal scores give the mean of the values and lse = s + l
     REQUIRE(results[2].lse == Approx(std::log(static_cast<double>(n))).epsilon(1e-6));
 
     // Selection among equal block scores: ties go to the lower block index.
-    SparseConfig config = sparse_config(SelectionScope::per_head, ScoreRule::mean_pooled);
+    SparseConfig config = sparse_config(SelectionScope::per_head, RuleName::mean_pooled);
     config.sinks = 0;
     config.window = 0;
     const auto summaries = BlockSummaries::build(head.view(), config.block_size);
@@ -399,7 +399,7 @@ TEMPLATE_TEST_CASE("n = 0: every operator returns zeros, lse = -inf, nothing rea
   run(dense, queries, head.view(), nullptr, out, results);
   check_empty();
   for (const auto scope : {SelectionScope::per_head, SelectionScope::per_group}) {
-    for (const auto rule : {ScoreRule::mean_pooled, ScoreRule::channel_bound, ScoreRule::oracle}) {
+    for (const auto rule : {RuleName::mean_pooled, RuleName::channel_bound, RuleName::oracle}) {
       CAPTURE(to_string(scope), to_string(rule));
       const SparseConfig config = sparse_config(scope, rule);
       const auto summaries = BlockSummaries::build(head.view(), config.block_size,
@@ -435,11 +435,11 @@ TEMPLATE_TEST_CASE("n < sinks + window and k > blocks: sparse reads everything, 
       std::vector<HeadResult> dense_results, results;
       run(dense, queries, head.view(), nullptr, dense_out, dense_results);
 
-      SparseConfig small = sparse_config(scope, ScoreRule::mean_pooled);
+      SparseConfig small = sparse_config(scope, RuleName::mean_pooled);
       small.sinks = 32;
       small.window = 48;  // sinks + window = 80 > n
       small.top_k = 0;
-      SparseConfig many = sparse_config(scope, ScoreRule::channel_bound);
+      SparseConfig many = sparse_config(scope, RuleName::channel_bound);
       many.sinks = 0;
       many.window = 0;
       many.top_k = 1000;  // far more than the (n + 15) / 16 blocks

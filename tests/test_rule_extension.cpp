@@ -51,7 +51,7 @@ SparseConfig parse_flags(std::vector<std::string> args, bool only_rule_settings)
 TEST_CASE("a rule registered by one line brings its setting to every front door", "[config]") {
   // Registered after the built-in rules, with its setting after theirs.
   REQUIRE(registered_rules().back().name == "tilted");
-  REQUIRE(ScoreRule::named("tilted").info().settings.size() == 1);
+  REQUIRE(RuleName::named("tilted").info().settings.size() == 1);
   const SparseSetting& row = sparse_setting("tilt");
   CHECK(row.rule == "tilted");
   CHECK(row.kind == SettingKind::integer);
@@ -84,7 +84,7 @@ TEST_CASE("a rule registered by one line brings its setting to every front door"
   CHECK(message_of([&] { typed.validate(); }) ==
         "amc::SparseConfig::validate: tilt must be an integer >= 0, got -2");
   CHECK(message_of([&] {
-          typed.rule_settings.set("tilt", ScoreRule::oracle);
+          typed.rule_settings.set("tilt", RuleName::oracle);
         }).find("amc::RuleSettings::set: tilt is an integer") != std::string::npos);
   CHECK(message_of([&] { typed.rule_settings.set("tlit", 1); }).find("no rule setting 'tlit'") !=
         std::string::npos);
@@ -133,6 +133,6 @@ TEST_CASE("the registry gives a rule its setting", "[config]") {
   // Tilt 0 is mean pooling.
   config.set("tilt", "0");
   SparseConfig mean = config;
-  mean.score = ScoreRule::mean_pooled;
+  mean.score = RuleName::mean_pooled;
   CHECK(selected(config) == selected(mean));
 }

@@ -116,7 +116,7 @@ TEST_CASE("submean selects the top-k of max_j (c <q, sub-block mean j> + log n_j
     const std::int64_t n = 250 + 29 * trial;  // partial last blocks and sub-blocks
     const test::TestCache<float> cache(n, 16, 16, 2.0f);
     SparseConfig config;
-    config.score = ScoreRule::sub_block_means;
+    config.score = RuleName::sub_block_means;
     config.block_size = trial % 2 ? 16 : 32;
     config.rule_settings.set("sub_blocks", trial % 3 == 0 ? 2 : 4);
     config.top_k = 1 + trial % 6;
@@ -149,7 +149,7 @@ TEST_CASE("twostage keeps the k of largest true mass within the mean-pooled shor
     const std::int64_t n = 400 + 23 * trial;
     const test::TestCache<float> cache(n, 16, 16, 3.0f);
     SparseConfig config;
-    config.score = ScoreRule::two_stage;
+    config.score = RuleName::two_stage;
     config.block_size = 16;
     config.top_k = 1 + trial % 5;
     config.rule_settings.set("shortlist", 1 + trial % 4);
@@ -198,9 +198,9 @@ TEST_CASE("twostage with a shortlist covering every candidate is the oracle", "[
     SparseConfig config;
     config.top_k = 1 + trial;
     config.rule_settings.set("shortlist", 100);  // 100 * k >= the 63 blocks
-    config.score = ScoreRule::two_stage;
+    config.score = RuleName::two_stage;
     const auto two_stage = select_with(config, cache, summaries, q);
-    config.score = ScoreRule::oracle;
+    config.score = RuleName::oracle;
     REQUIRE(two_stage == select_with(config, cache, summaries, q));
   }
 }
@@ -226,20 +226,20 @@ TEST_CASE("twostage finds the needle block that mean pooling ranks just outside 
   config.sinks = 0;
   config.window = 0;
   config.scale = 1.0f;
-  auto run = [&](ScoreRule rule) {
+  auto run = [&](RuleName rule) {
     config.score = rule;
     BlockSparseDecode<> op(config);
     op.select(Eigen::Map<const RowMatrix>(q.data(), 1, d), KvHead<KvView<float>>{kv, &summaries});
     return std::vector<std::int64_t>(op.selected_blocks(0).begin(), op.selected_blocks(0).end());
   };
-  const auto mean = run(ScoreRule::mean_pooled);
+  const auto mean = run(RuleName::mean_pooled);
   REQUIRE(std::find(mean.begin(), mean.end(), 20) == mean.end());
-  const auto two_stage = run(ScoreRule::two_stage);
+  const auto two_stage = run(RuleName::two_stage);
   REQUIRE(std::find(two_stage.begin(), two_stage.end(), 20) != two_stage.end());
   config.rule_settings.set("sub_blocks",
                            4);  // sub-blocks of 8: the needle lifts its sub-block's mean to 1.5
   const auto sub_summaries = BlockSummaries::build(kv, block, {.sub_blocks = 4});
-  config.score = ScoreRule::sub_block_means;
+  config.score = RuleName::sub_block_means;
   BlockSparseDecode<> op(config);
   op.select(Eigen::Map<const RowMatrix>(q.data(), 1, d), KvHead<KvView<float>>{kv, &sub_summaries});
   const std::vector<std::int64_t> sub(op.selected_blocks(0).begin(), op.selected_blocks(0).end());
@@ -353,7 +353,7 @@ TEST_CASE("twostage per group: one shortlist from the combined scores, rescored 
     const std::int64_t n = 600 + 37 * trial;
     const test::TestCache<float> cache(n, d, 16, 3.0f);
     SparseConfig config;
-    config.score = ScoreRule::two_stage;
+    config.score = RuleName::two_stage;
     config.scope = SelectionScope::per_group;
     config.block_size = block;
     config.top_k = 1 + trial % 4;
@@ -414,8 +414,8 @@ TEST_CASE("twostage shortlists by the rule shortlist_score names", "[selectors]"
     const std::int64_t n = 900 + 41 * trial;
     const test::TestCache<float> cache(n, 16, 16, 3.0f);
     SparseConfig config;
-    config.score = ScoreRule::two_stage;
-    config.rule_settings.set("shortlist_score", ScoreRule::channel_bound);
+    config.score = RuleName::two_stage;
+    config.rule_settings.set("shortlist_score", RuleName::channel_bound);
     config.rule_settings.set("shortlist", 2);
     config.top_k = 1 + trial % 4;
     config.scale = 0.25f;
@@ -437,14 +437,14 @@ TEST_CASE("twostage shortlists by the rule shortlist_score names", "[selectors]"
   }
 }
 
-TEST_CASE("operators check the summaries the rule reads, and only RuleSelector's rule",
+TEST_CASE("operators check the summaries the rule reads, and only RegisteredRule's rule",
           "[selectors]") {
   const test::TestCache<float> cache(500, 16);
   const auto means = BlockSummaries::build(cache.view(), 16);
   const auto q = test::random_floats(16);
   const Eigen::Map<const RowMatrix> query(q.data(), 1, 16);
   SparseConfig config;
-  config.score = ScoreRule::sub_block_means;
+  config.score = RuleName::sub_block_means;
   BlockSparseDecode<> rule(config);
   REQUIRE_THROWS_WITH(
       rule.select(query, KvHead<KvView<float>>{cache.view(), &means}),

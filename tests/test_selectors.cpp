@@ -1,4 +1,5 @@
 // Selectors and block summaries against independent double-precision computations.
+#include <concepts>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -36,7 +37,7 @@ std::vector<std::int64_t> selected(const BlockSparseDecode<>& op, std::int64_t h
 }
 
 // Runs a one-head sparse decode with `rule` and returns the selected blocks.
-std::vector<std::int64_t> select_with(ScoreRule rule, const test::TestCache<float>& cache,
+std::vector<std::int64_t> select_with(RuleName rule, const test::TestCache<float>& cache,
                                       const BlockSummaries& summaries, const std::vector<float>& q,
                                       SparseConfig config) {
   config.score = rule;
@@ -72,7 +73,7 @@ TEST_CASE("mean-pooled selection is the top-k of mean scores, ties to the lower 
     }
     const auto c = candidate_blocks(n, config);
     const auto want = expected_top_k(shat, c.first, c.last, config.top_k);
-    const auto got = select_with(ScoreRule::mean_pooled, cache, summaries, q, config);
+    const auto got = select_with(RuleName::mean_pooled, cache, summaries, q, config);
     CAPTURE(trial, n, config.block_size, config.top_k);
     if (got != want) {
       // Only a near-tie (f32 rounding) may swap blocks: the k-th best score is shared.
@@ -95,10 +96,10 @@ TEST_CASE("mean-pooled selection is the top-k of mean scores, ties to the lower 
   config.window = 0;
   const auto summaries = BlockSummaries::build(flat.view(), 16);
   const auto q = test::random_floats(8);
-  REQUIRE(select_with(ScoreRule::mean_pooled, flat, summaries, q, config) ==
+  REQUIRE(select_with(RuleName::mean_pooled, flat, summaries, q, config) ==
           std::vector<std::int64_t>{0, 1, 2});
   config.sinks = 17;  // block 0 entirely kept, block 1 partly: block 1 stays a candidate
-  REQUIRE(select_with(ScoreRule::mean_pooled, flat, summaries, q, config) ==
+  REQUIRE(select_with(RuleName::mean_pooled, flat, summaries, q, config) ==
           std::vector<std::int64_t>{1, 2, 3});
 }
 
@@ -182,7 +183,7 @@ TEST_CASE("oracle picks the blocks of largest true mass outside sinks and window
       mass[p / 16] += std::exp(s[p]);
     const auto want = expected_top_k(mass, c.first, c.last, config.top_k);
     config.scale = 0.25f;
-    const auto got = select_with(ScoreRule::oracle, cache, summaries, q, config);
+    const auto got = select_with(RuleName::oracle, cache, summaries, q, config);
     if (got != want) {
       double kth = INFINITY;
       for (auto b : want) kth = std::min(kth, mass[b]);
@@ -425,3 +426,13 @@ TEST_CASE("block summary memory is 1/B of the keys in f32 for means only", "[sum
   // Means, f32 minima and maxima, both again in bf16 (2 x 2 bytes per channel), value norms.
   REQUIRE(full.memory_bytes() == 3 * 128 * 64 * 4 + 128 * 64 * 4 + 128 * 4 + 64 * 8);
 }
+
+// The names the rules had before issue 34 gave the concept one word still compile (with a
+// deprecation warning, silenced here) and mean the new ones.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static_assert(std::same_as<amc::RuleSelector, amc::RegisteredRule>);
+static_assert(std::same_as<amc::ScoreRule, amc::RuleName>);
+#pragma GCC diagnostic pop
+static_assert(amc::BlockSelector<amc::MeanPooledRule, amc::KvView<float>>);
+static_assert(amc::BlockRuleLike<amc::RegisteredRule, amc::KvView<amc::bf16>>);

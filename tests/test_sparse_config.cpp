@@ -32,7 +32,7 @@ SparseConfig random_config(std::mt19937_64& rng) {
   c.window = pick(0, 512);
   c.scope = pick(0, 1) ? SelectionScope::per_group : SelectionScope::per_head;
   const auto rules = registered_rules();
-  c.score = ScoreRule::named(rules[static_cast<std::size_t>(pick(0, rules.size() - 1))].name);
+  c.score = RuleName::named(rules[static_cast<std::size_t>(pick(0, rules.size() - 1))].name);
   c.combine = pick(0, 1) ? GroupCombine::max : GroupCombine::sum;
   if (pick(0, 1)) c.scale = std::uniform_real_distribution<float>(1e-3f, 4.0f)(rng);
   if (pick(0, 1)) {
@@ -44,9 +44,9 @@ SparseConfig random_config(std::mt19937_64& rng) {
   if (pick(0, 1)) c.rule_settings.set("shortlist", pick(1, 64));
   if (pick(0, 1)) {
     c.rule_settings.set("shortlist_score",
-                        pick(0, 1) ? ScoreRule::channel_bound : ScoreRule::mean_pooled);
+                        pick(0, 1) ? RuleName::channel_bound : RuleName::mean_pooled);
   }
-  if (c.score == ScoreRule::sub_block_means || pick(0, 1)) {
+  if (c.score == RuleName::sub_block_means || pick(0, 1)) {
     // A divisor of block_size (what the sub-block-means rule requires).
     std::vector<std::int64_t> divisors;
     for (std::int64_t d = 1; d <= c.block_size; ++d)
@@ -85,7 +85,7 @@ TEST_CASE("every configuration survives text and JSON round trips", "[config]") 
   base.window = 7;
   const SparseConfig c = parse_sparse_config("top_k=3,score=bound  scope=group", base);
   REQUIRE(c.top_k == 3);
-  REQUIRE(c.score == ScoreRule::channel_bound);
+  REQUIRE(c.score == RuleName::channel_bound);
   REQUIRE(c.scope == SelectionScope::per_group);
   REQUIRE(c.window == 7);
 }
@@ -178,7 +178,7 @@ TEST_CASE("validate() checks fields set in C++ against the same rows as the text
       {"shortlist must be an integer >= 1",
        [](SparseConfig& c) { c.rule_settings.set("shortlist", 0); }, "got 0"},
       {"shortlist_score must be a rule that reads only summaries: mean|bound|submean",
-       [](SparseConfig& c) { c.rule_settings.set("shortlist_score", ScoreRule::oracle); },
+       [](SparseConfig& c) { c.rule_settings.set("shortlist_score", RuleName::oracle); },
        "got oracle"},
       {"sub_blocks must be an integer >= 1",
        [](SparseConfig& c) { c.rule_settings.set("sub_blocks", -1); }, "got -1"},
@@ -225,7 +225,7 @@ TEST_CASE("the command-line options come from the table, with its names and erro
   SparseConfig expected;
   expected.block_size = 32;
   expected.top_k = 2;
-  expected.score = ScoreRule::oracle;
+  expected.score = RuleName::oracle;
   expected.scope = SelectionScope::per_group;
   expected.combine = GroupCombine::max;
   expected.target_eps = 0.05;
@@ -254,14 +254,14 @@ TEST_CASE("the rule registry: names, needs, and each rule as its selector scores
   std::vector<std::string> names;
   for (const RuleInfo& r : registered_rules()) names.emplace_back(r.name);
   REQUIRE(names == std::vector<std::string>{"mean", "bound", "oracle", "twostage", "submean"});
-  REQUIRE(ScoreRule::named("bound") == ScoreRule::channel_bound);
+  REQUIRE(RuleName::named("bound") == RuleName::channel_bound);
   CHECK(message_of([] {
           find_rule("quest");
         }).find("no score rule 'quest' (rules: mean, bound, oracle, twostage, submean)") !=
         std::string::npos);
   CHECK(required_summaries(SparseConfig{}).channel_bounds == false);
   SparseConfig bound;
-  bound.score = ScoreRule::channel_bound;
+  bound.score = RuleName::channel_bound;
   CHECK(required_summaries(bound).channel_bounds);
   CHECK_FALSE(required_summaries(bound).value_norms);
   SparseConfig adaptive;
@@ -269,13 +269,13 @@ TEST_CASE("the rule registry: names, needs, and each rule as its selector scores
   CHECK(required_summaries(adaptive).channel_bounds);
   CHECK(required_summaries(adaptive).value_norms);
   SparseConfig sub;
-  sub.score = ScoreRule::sub_block_means;
+  sub.score = RuleName::sub_block_means;
   CHECK(required_summaries(sub).sub_blocks == 4);
   sub.rule_settings.set("sub_blocks", 8);
   CHECK(required_summaries(sub).sub_blocks == 8);
   CHECK(required_summaries(SparseConfig{}).sub_blocks == 0);
 
-  // RuleSelector (the registry's rules behind type-erased keys) scores exactly as the
+  // RegisteredRule (the registry's rules behind type-erased keys) scores exactly as the
   // template selectors do, on every storage type.
   constexpr std::int64_t n = 300, d = 16;
   const auto keys = test::random_floats(n * d);
@@ -293,15 +293,15 @@ TEST_CASE("the rule registry: names, needs, and each rule as its selector scores
     selector.score_blocks(input, kv, std::span<float>(scores));
     return scores;
   };
-  for (const ScoreRule rule : {ScoreRule::mean_pooled, ScoreRule::channel_bound, ScoreRule::oracle,
-                               ScoreRule::sub_block_means}) {
+  for (const RuleName rule : {RuleName::mean_pooled, RuleName::channel_bound, RuleName::oracle,
+                              RuleName::sub_block_means}) {
     config.score = rule;
-    const std::vector<float> got = run(RuleSelector(config));
-    // The registry makes each name's rule class (used here directly, as a BlockSelector).
-    const std::vector<float> expected = rule == ScoreRule::mean_pooled     ? run(MeanPooledRule{})
-                                        : rule == ScoreRule::channel_bound ? run(ChannelBoundRule{})
-                                        : rule == ScoreRule::oracle        ? run(OracleRule{})
-                                                                    : run(SubBlockMeansRule{});
+    const std::vector<float> got = run(RegisteredRule(config));
+    // The registry makes each name's rule class (used here directly, as a BlockRuleLike).
+    const std::vector<float> expected = rule == RuleName::mean_pooled     ? run(MeanPooledRule{})
+                                        : rule == RuleName::channel_bound ? run(ChannelBoundRule{})
+                                        : rule == RuleName::oracle        ? run(OracleRule{})
+                                                                   : run(SubBlockMeansRule{});
     CAPTURE(rule.name());
     REQUIRE(got == expected);
   }

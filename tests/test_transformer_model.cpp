@@ -346,7 +346,7 @@ TEST_CASE("sparse decode whose support covers every position gives the dense tok
   const Run dense = greedy(checkpoint, SessionOptions{}, prompt, 24);
   for (const auto scope : {amc::SelectionScope::per_group, amc::SelectionScope::per_head}) {
     for (const auto score :
-         {amc::ScoreRule::mean_pooled, amc::ScoreRule::channel_bound, amc::ScoreRule::oracle}) {
+         {amc::RuleName::mean_pooled, amc::RuleName::channel_bound, amc::RuleName::oracle}) {
       amc::SparseConfig config;
       config.block_size = 8;
       config.top_k = 1000;  // more blocks than the context has: every position is read
@@ -385,7 +385,7 @@ TEST_CASE("sparse decode with a small support runs per head and per group, every
   std::vector<float> layer0_oracle;
   for (const auto scope : {amc::SelectionScope::per_head, amc::SelectionScope::per_group}) {
     for (const auto score :
-         {amc::ScoreRule::oracle, amc::ScoreRule::mean_pooled, amc::ScoreRule::channel_bound}) {
+         {amc::RuleName::oracle, amc::RuleName::mean_pooled, amc::RuleName::channel_bound}) {
       amc::SparseConfig config;
       config.block_size = 4;
       config.top_k = 3;
@@ -410,7 +410,7 @@ TEST_CASE("sparse decode with a small support runs per head and per group, every
       if (scope == amc::SelectionScope::per_head) {
         const std::vector<float> layer0(stats.retained_mass.begin(),
                                         stats.retained_mass.begin() + heads);
-        if (score == amc::ScoreRule::oracle) {
+        if (score == amc::RuleName::oracle) {
           layer0_oracle = layer0;
         } else {
           for (std::int64_t h = 0; h < heads; ++h) CHECK(layer0[h] <= layer0_oracle[h] + 1e-5f);
@@ -688,7 +688,7 @@ TEST_CASE("set_decode switches decode attention without a new prefill", "[qwen2]
   mean.top_k = 2;
   mean.window = 16;
   amc::SparseConfig bound = mean;
-  bound.score = amc::ScoreRule::channel_bound;
+  bound.score = amc::RuleName::channel_bound;
   bound.block_size = 4;
 
   auto reference = [&](const SessionOptions& o) {
@@ -747,7 +747,7 @@ TEST_CASE("summaries_for keeps block summaries on a dense session", "[qwen2]") {
   bound.block_size = 8;
   bound.top_k = 2;
   bound.window = 16;
-  bound.score = amc::ScoreRule::channel_bound;
+  bound.score = amc::RuleName::channel_bound;
 
   // After the (dense) prefill, a dense session that keeps the bound rule's summaries holds the
   // summaries a sparse session holds: each block's mean key and channel bounds.

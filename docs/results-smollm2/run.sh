@@ -59,7 +59,7 @@ contexts=4096,8064 supports=385,769 sweep prose two4-bound-bf16 --score twostage
   --shortlist-score bound
 contexts=4096,8064 supports=385,769 sweep prose two2-bound --score twostage --shortlist 2 \
   --shortlist-score bound
-contexts=8160 supports=385,769 passkey two4-bound-bf16 --selectors twostage --shortlist-score bound
+contexts=8160 supports=385,769 passkey two4-bound-bf16 --rules twostage --shortlist-score bound
 
 # The rules of issue 32, per query head (the study's scope), in the order they are most telling.
 sweep prose mean --score mean
@@ -67,8 +67,8 @@ sweep prose oracle --score oracle
 sweep prose bound --score bound
 sweep prose two4 --score twostage --shortlist 4
 sweep prose two4-bound --score twostage --shortlist 4 --shortlist-score bound
-passkey mean-bound-oracle-two4 --selectors mean,bound,oracle,twostage
-passkey two4-bound --selectors twostage --shortlist-score bound
+passkey mean-bound-oracle-two4 --rules mean,bound,oracle,twostage
+passkey two4-bound --rules twostage --shortlist-score bound
 sweep code mean --score mean
 sweep code oracle --score oracle
 sweep code two4-bound --score twostage --shortlist 4 --shortlist-score bound
@@ -79,14 +79,14 @@ for corpus in prose code; do
 done
 sweep code bound --score bound
 # The sub-block rules, the stand-ins' best.
-passkey sub4 --selectors submean,twostage --shortlist-score submean --sub-blocks 4
+passkey sub4 --rules submean,twostage --shortlist-score submean --sub-blocks 4
 for corpus in prose code; do
   sweep "$corpus" sub4 --score submean --sub-blocks 4
   sweep "$corpus" two4-sub4 --score twostage --shortlist 4 --shortlist-score submean --sub-blocks 4
 done
 
 # Last, as the least telling: the passkey with a shortlist of 2 (its sweep already fails at 385).
-contexts=8160 supports=385,769 passkey two2-bound --selectors twostage --shortlist 2 \
+contexts=8160 supports=385,769 passkey two2-bound --rules twostage --shortlist 2 \
   --shortlist-score bound
 
 # The tables (with G, as docs/selectors/gap_closed.py computes it) and the plots.

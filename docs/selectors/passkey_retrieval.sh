@@ -17,20 +17,20 @@ eval=build/release/examples/eval/amc-eval
 mapfile -t documents < <(/usr/bin/python3 tools/train_tiny/heldout_files.py)
 common=(--model data/qwen2-retrieval --text "${documents[@]}" --contexts 1024,4092
         --depths 0.1,0.3,0.5,0.7,0.85 --trials 10 --supports 193,385)
-"$eval" passkey "${common[@]}" --selectors mean,bound,oracle,twostage \
+"$eval" passkey "${common[@]}" --rules mean,bound,oracle,twostage \
   --out "$out/mean-bound-oracle-two4"
-"$eval" passkey "${common[@]}" --selectors twostage --shortlist-score bound --out "$out/two4-bound"
-"$eval" passkey "${common[@]}" --selectors submean,twostage --shortlist-score submean \
+"$eval" passkey "${common[@]}" --rules twostage --shortlist-score bound --out "$out/two4-bound"
+"$eval" passkey "${common[@]}" --rules submean,twostage --shortlist-score submean \
   --sub-blocks 8 --out "$out/sub8"
 # Where dense attention answers at 4092 (values about 400-800 positions back, depths 0.8-0.9),
 # 20 trials per depth: the 4096 measurement of issue 16 on 60 prompts rather than 10.
 near=${out}-near
 near_common=(--model data/qwen2-retrieval --text "${documents[@]}" --contexts 4092
              --depths 0.8,0.85,0.9 --trials 20 --supports 193,385)
-"$eval" passkey "${near_common[@]}" --selectors mean,bound,oracle,twostage \
+"$eval" passkey "${near_common[@]}" --rules mean,bound,oracle,twostage \
   --out "$near/mean-bound-oracle-two4"
-"$eval" passkey "${near_common[@]}" --selectors twostage --shortlist-score bound \
+"$eval" passkey "${near_common[@]}" --rules twostage --shortlist-score bound \
   --out "$near/two4-bound"
-"$eval" passkey "${near_common[@]}" --selectors submean,twostage --shortlist-score submean \
+"$eval" passkey "${near_common[@]}" --rules submean,twostage --shortlist-score submean \
   --sub-blocks 8 --out "$near/sub8"
 echo "passkey_retrieval.sh: tables in $out/*/passkey.md and $near/*/passkey.md"

@@ -225,8 +225,8 @@ int main() {
               static_cast<long long>(kPositions), static_cast<long long>(kPositions), 1.0, 0.0,
               dense_us, 1.0);
 
-  for (const amc::ScoreRule rule :
-       {amc::ScoreRule::mean_pooled, amc::ScoreRule::channel_bound, amc::ScoreRule::oracle}) {
+  for (const amc::RuleName rule :
+       {amc::RuleName::mean_pooled, amc::RuleName::channel_bound, amc::RuleName::oracle}) {
     for (const amc::SelectionScope scope :
          {amc::SelectionScope::per_head, amc::SelectionScope::per_group}) {
       for (const auto& [block_size, top_k] :

@@ -52,14 +52,14 @@ auto parse_flag_list(const std::string& text, Parse parse) {
   return values;
 }
 
-/// A registered selection rule by name, or "WHERE: --selectors: expected any of ...".
-inline ScoreRule parse_flag_selector(std::string_view text, const char* where) {
+/// A registered selection rule by name, or "WHERE: --rules: expected any of ...".
+inline RuleName parse_flag_selector(std::string_view text, const char* where) {
   const std::string_view name = trim_blanks(text);
   if (find_rule_or_null(name) == nullptr) {
-    detail::throw_error(where, "--selectors: expected any of ", detail::rule_choices(),
+    detail::throw_error(where, "--rules: expected any of ", detail::rule_choices(),
                         " (comma-separated), got '", std::string(text), "'");
   }
-  return ScoreRule::named(name);
+  return RuleName::named(name);
 }
 
 }  // namespace amc::eval

@@ -12,7 +12,7 @@ namespace {
 
 SparseConfig oracle_config(SparseConfig c) {
   c.scope = SelectionScope::per_head;
-  c.score = ScoreRule::oracle;
+  c.score = RuleName::oracle;
   return c;
 }
 
@@ -24,7 +24,7 @@ LayerProbe::LayerProbe(const transformer::Config& model, const SparseConfig& con
       kv_heads_(model.num_key_value_heads),
       head_dim_(model.head_dim),
       oracle_(oracle_config(config)),
-      oracle_is_selector_(config.score == ScoreRule::oracle &&
+      oracle_is_selector_(config.score == RuleName::oracle &&
                           config.scope == SelectionScope::per_head),
       recall_(static_cast<std::size_t>(model.num_attention_heads)) {
   stats_.reset(model.num_hidden_layers, heads_);

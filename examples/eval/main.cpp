@@ -15,7 +15,7 @@
 //            --depths ... --trials 64 --strength 6 ...]   (synthetic keys; no model)
 //   amc-eval passkey --model DIR --text FILE... --out DIR [--contexts 1024,2048,4096
 //            --depths 0.1,0.3,0.5,0.7,0.9 --trials 10 --supports 97,193,385
-//            --selectors mean,bound,oracle --digits 5 --seed 1] [--block-size --sinks --window
+//            --rules mean,bound,oracle --digits 5 --seed 1] [--block-size --sinks --window
 //            --scope ...] [--threads N --kv-dtype ... --rope-angles ...]
 //            (a value planted in held-out code, retrieved with dense and sparse decoding)
 //

@@ -92,8 +92,9 @@ void add_passkey_command(CLI::App& app, std::function<int()>& run) {
   option("--trials", flags->trials, "INT", "trials (code window and digits) per context");
   option("--supports", flags->supports, "INT,...",
          "support sizes sinks + window + k x block size (k >= 1), comma-separated");
-  option("--selectors", flags->selectors, "NAME,...",
-         ("any of " + detail::rule_choices() + ", comma-separated").c_str());
+  option("--rules,--selectors", flags->selectors, "NAME,...",
+         ("any of " + detail::rule_choices() + ", comma-separated (--selectors: its former name)")
+             .c_str());
   option("--digits", flags->digits, "INT", "digits of the planted value, in [1, 16]");
   option("--seed", flags->seed, "UINT", "random seed (code windows and digits)");
   transformer::add_session_flags(*command, flags->session);

@@ -30,7 +30,7 @@ struct PasskeyFlags {
   transformer::SessionFlags session;  ///< --threads (empty: every hardware thread) and the rest
   /// Block size, sinks, window, scope, combine, top_p and the two-stage and sub-block settings:
   /// the library's selection options (amc::cli::SparseOptions), applied after parsing. The rule
-  /// and k are lists of this command's own (--selectors, --supports).
+  /// and k are lists of this command's own (--rules, --supports).
   SparseConfig sparse;
   std::string out;
 };

@@ -49,7 +49,7 @@ std::vector<PasskeyRunKind> run_kinds(const PasskeyOptions& options) {
   std::sort(supports.begin(), supports.end(),
             [](const SupportSize& a, const SupportSize& b) { return a.support < b.support; });
   std::vector<PasskeyRunKind> runs{PasskeyRunKind{}};
-  for (const ScoreRule s : options.selectors) {
+  for (const RuleName s : options.selectors) {
     for (const SupportSize& size : supports) runs.push_back({s, size});
   }
   return runs;
@@ -102,17 +102,17 @@ void PasskeyOptions::validate() const {
               "valid size is ", sparse.sinks + sparse.window + sparse.block_size);
   }
 
-  require_nonempty(selectors, "--selectors");
-  require_distinct(selectors, "--selectors",
-                   [](ScoreRule s) { return std::string("'").append(s.name()).append("'"); });
-  for (const ScoreRule s : selectors) {
+  require_nonempty(selectors, "--rules");
+  require_distinct(selectors, "--rules",
+                   [](RuleName s) { return std::string("'").append(s.name()).append("'"); });
+  for (const RuleName s : selectors) {
     SparseConfig c = sparse;
     c.score = s;
     c.top_k = supports.front().k;
     try {
       c.validate();
     } catch (const amc::error& e) {
-      detail::throw_error(kWhere, "--selectors: ", s.name(), ": ", e.what());
+      detail::throw_error(kWhere, "--rules: ", s.name(), ": ", e.what());
     }
   }
   AMC_CHECK(!out.empty(), kWhere, "--out: the output directory must not be empty");

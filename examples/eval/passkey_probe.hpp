@@ -42,12 +42,12 @@ struct PasskeyOptions {
   std::vector<double> depths{0.1, 0.3, 0.5, 0.7, 0.85};  ///< --depths, each in (0, 1)
   std::int64_t trials = 10;                              ///< --trials per (context, depth)
   std::vector<SupportSize> supports;                     ///< --supports, mapped to k
-  std::vector<ScoreRule> selectors{ScoreRule::mean_pooled, ScoreRule::channel_bound,
-                                   ScoreRule::oracle};  ///< --selectors
-  std::int64_t digits = 5;                              ///< --digits of the value, in [1, 16]
-  std::uint64_t seed = 1;                               ///< --seed
+  std::vector<RuleName> selectors{RuleName::mean_pooled, RuleName::channel_bound,
+                                  RuleName::oracle};  ///< --rules
+  std::int64_t digits = 5;                            ///< --digits of the value, in [1, 16]
+  std::uint64_t seed = 1;                             ///< --seed
   /// Block size, sinks, window, scope, ... (the library's selection options); score and top_k
-  /// are set per run from --selectors and --supports.
+  /// are set per run from --rules and --supports.
   SparseConfig sparse;
   /// --threads (here "" is 1), --kv-dtype, --weight-dtype, --rope-angles.
   transformer::SessionFlags session{.threads = "1"};
@@ -89,8 +89,8 @@ PasskeySetup prepare_passkey(const PasskeyOptions& options);
 
 /// One run: dense (no selector) or a selector at a support size.
 struct PasskeyRunKind {
-  std::optional<ScoreRule> selector;  ///< nullopt: dense
-  SupportSize support;                ///< {0, 0} for dense
+  std::optional<RuleName> selector;  ///< nullopt: dense
+  SupportSize support;               ///< {0, 0} for dense
 };
 
 /// What one run answered, and what its supports held at the answering steps.

@@ -26,7 +26,7 @@ T parse_number(std::string_view text, const char* flag) {
   return parse_flag_number<T>(text, kWhere, flag);
 }
 
-ScoreRule parse_selector(std::string_view text) { return parse_flag_selector(text, kWhere); }
+RuleName parse_selector(std::string_view text) { return parse_flag_selector(text, kWhere); }
 
 }  // namespace
 
@@ -69,8 +69,9 @@ void add_retrieval_command(CLI::App& app, std::function<int()>& run) {
   option("--ks", flags->ks, "INT,...", "numbers of selected blocks k, comma-separated");
   option("--depths", flags->depths, "NUM,...",
          "needle depths in [0, 1): position floor(depth * context), comma-separated");
-  option("--selectors", flags->selectors, "NAME,...",
-         ("any of " + detail::rule_choices() + ", comma-separated").c_str());
+  option("--rules,--selectors", flags->selectors, "NAME,...",
+         ("any of " + detail::rule_choices() + ", comma-separated (--selectors: its former name)")
+             .c_str());
   option("--trials", flags->trials, "INT", "needles per cell");
   option("--strength", flags->strength, "NUM",
          "needle score minus the largest distractor score (scores q.k/sqrt(d))");

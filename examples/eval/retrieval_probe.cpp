@@ -40,7 +40,7 @@ void require_distinct(const std::vector<T>& values, const char* flag) {
   std::sort(ordered.begin(), ordered.end());
   const auto repeated = std::adjacent_find(ordered.begin(), ordered.end());
   if (repeated != ordered.end()) {
-    if constexpr (std::is_same_v<T, ScoreRule>) {
+    if constexpr (std::is_same_v<T, RuleName>) {
       detail::throw_error(kWhere, flag, ": '", to_string(*repeated), "' is listed twice");
     } else if constexpr (std::is_floating_point_v<T>) {
       detail::throw_error(kWhere, flag, ": ", round_trip(*repeated), " is listed twice");
@@ -205,8 +205,8 @@ void RetrievalProbeOptions::validate() const {
     }
   }
 
-  require_nonempty(selectors, "--selectors");
-  require_distinct(selectors, "--selectors");
+  require_nonempty(selectors, "--rules");
+  require_distinct(selectors, "--rules");
 }
 
 // --- synthetic keys ---------------------------------------------------------------------------
@@ -281,11 +281,11 @@ std::vector<RetrievalProbeResult> run_retrieval_probe(const RetrievalProbeOption
   for (auto& t : totals) t.trial_hits.assign(static_cast<std::size_t>(options.trials), 0);
 
   // One operator per (block size, k, selector), reused across trials (they own their scratch).
-  std::vector<BlockSparseDecode<RuleSelector>> operators;
+  std::vector<BlockSparseDecode<RegisteredRule>> operators;
   operators.reserve(n_b * n_k * n_s);
   for (const std::int64_t b : block_sizes) {
     for (const std::int64_t k : ks) {
-      for (const ScoreRule s : selectors) {
+      for (const RuleName s : selectors) {
         SparseConfig config;
         config.block_size = b;
         config.top_k = k;

@@ -38,9 +38,8 @@ struct RetrievalProbeOptions {
   /// The rules' own settings (--shortlist, --shortlist-score, --sub-blocks, ...: every
   /// registered rule's, RuleInfo::settings; unset: the rules' defaults).
   RuleSettings rule_settings;
-  /// --selectors: mean (the method), bound (channel bound, Quest-style), oracle (true mass).
-  std::vector<ScoreRule> selectors{ScoreRule::mean_pooled, ScoreRule::channel_bound,
-                                   ScoreRule::oracle};
+  /// --rules: mean (the method), bound (channel bound, Quest-style), oracle (true mass).
+  std::vector<RuleName> selectors{RuleName::mean_pooled, RuleName::channel_bound, RuleName::oracle};
 
   /// Throws amc::error "retrieval: --flag: ..." for the first bad option. Refuses depths that
   /// put the needle in the sinks or the window, where every selector would "find" it.
@@ -49,7 +48,7 @@ struct RetrievalProbeOptions {
 
 /// One cell: a selector's record on `trials` needles at one (context, block size, k, depth).
 struct RetrievalProbeResult {
-  ScoreRule selector = ScoreRule::mean_pooled;
+  RuleName selector = RuleName::mean_pooled;
   std::int64_t block_size = 0;
   std::int64_t k = 0;
   std::int64_t context = 0;

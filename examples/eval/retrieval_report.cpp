@@ -27,7 +27,7 @@ std::string join(const std::vector<double>& values) {
 
 /// The grid the rows span, recovered from the rows themselves (so the writers need no options).
 struct Grid {
-  std::vector<ScoreRule> selectors;  // in row order
+  std::vector<RuleName> selectors;  // in row order
   std::vector<std::int64_t> contexts, block_sizes, ks;
   std::vector<double> depths;
 };
@@ -56,7 +56,7 @@ Grid grid_of(const std::vector<RetrievalProbeResult>& rows) {
 /// Mean over depths (and optionally over contexts and ks) of a per-cell quantity; rows that
 /// match every given filter count. A negative filter matches everything.
 template <class Field>
-double average(const std::vector<RetrievalProbeResult>& rows, ScoreRule selector,
+double average(const std::vector<RetrievalProbeResult>& rows, RuleName selector,
                std::int64_t context, std::int64_t block_size, std::int64_t k, Field field) {
   double sum = 0.0;
   std::int64_t count = 0;
@@ -72,7 +72,7 @@ double average(const std::vector<RetrievalProbeResult>& rows, ScoreRule selector
 }
 
 /// "`mean`: c <q, mean key of the block> ...": the rule's name and its registered description.
-std::string selector_description(ScoreRule rule) {
+std::string selector_description(RuleName rule) {
   return "`" + std::string(rule.name()) + "`: " + std::string(rule.info().description);
 }
 
@@ -121,7 +121,7 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
       static_cast<unsigned long long>(first.seed), round_trip(first.strength).c_str(),
       static_cast<long long>(first.sinks), static_cast<long long>(first.window));
   md += "Selectors:\n\n";
-  for (const ScoreRule s : grid.selectors) md += "- " + selector_description(s) + "\n";
+  for (const RuleName s : grid.selectors) md += "- " + selector_description(s) + "\n";
   md +=
       "\n`chance` is k / candidate blocks, the hit rate of k blocks picked at random; "
       "`lift` is (s_needle - s_rest) / B, what the needle adds to its block's mean score "
@@ -131,17 +131,17 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
   // Hit rate by (context, k, block size), averaged over depths.
   md += "## Hit rate by block size (mean over depths " + join(grid.depths) + ")\n\n";
   md += "| context | k | B |";
-  for (const ScoreRule s : grid.selectors) md += format(" %s |", std::string(to_string(s)).c_str());
+  for (const RuleName s : grid.selectors) md += format(" %s |", std::string(to_string(s)).c_str());
   md += " chance | lift |\n|--:|--:|--:|";
   for (std::size_t i = 0; i < grid.selectors.size(); ++i) md += "--:|";
   md += "--:|--:|\n";
-  const ScoreRule any = grid.selectors.front();
+  const RuleName any = grid.selectors.front();
   for (const std::int64_t context : grid.contexts) {
     for (const std::int64_t k : grid.ks) {
       for (const std::int64_t b : grid.block_sizes) {
         md += format("| %lld | %lld | %lld |", static_cast<long long>(context),
                      static_cast<long long>(k), static_cast<long long>(b));
-        for (const ScoreRule s : grid.selectors) {
+        for (const RuleName s : grid.selectors) {
           md += format(" %.3f |",
                        average(rows, s, context, b, k, [](const auto& r) { return r.hit_rate; }));
         }
@@ -156,7 +156,7 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
   // The needle block's rank does not depend on k: one table per (context, block size).
   md += "\n## Mean rank of the needle's block (1 = first; retrieved iff rank <= k)\n\n";
   md += "| context | B | candidate blocks |";
-  for (const ScoreRule s : grid.selectors) md += format(" %s |", std::string(to_string(s)).c_str());
+  for (const RuleName s : grid.selectors) md += format(" %s |", std::string(to_string(s)).c_str());
   md += "\n|--:|--:|--:|";
   for (std::size_t i = 0; i < grid.selectors.size(); ++i) md += "--:|";
   md += "\n";
@@ -168,7 +168,7 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
       });
       md += format("| %lld | %lld | %.0f |", static_cast<long long>(context),
                    static_cast<long long>(b), candidates);
-      for (const ScoreRule s : grid.selectors) {
+      for (const RuleName s : grid.selectors) {
         md += format(" %.1f |",
                      average(rows, s, context, b, k0, [](const auto& r) { return r.mean_rank; }));
       }
@@ -186,7 +186,7 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
   md += "\n|---|--:|";
   for (std::size_t i = 0; i < grid.block_sizes.size(); ++i) md += "--:|";
   md += "\n";
-  for (const ScoreRule s : grid.selectors) {
+  for (const RuleName s : grid.selectors) {
     for (const double depth : grid.depths) {
       md += format("| %s | %s |", std::string(to_string(s)).c_str(), round_trip(depth).c_str());
       for (const std::int64_t b : grid.block_sizes) {
@@ -203,7 +203,7 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
 
   // The reading: every statement is computed from the rows above.
   md += "\n## Reading\n\n";
-  for (const ScoreRule s : grid.selectors) {
+  for (const RuleName s : grid.selectors) {
     auto hit = [](const auto& r) { return r.hit_rate; };
     const double at_min = average(rows, s, -1, b_min, -1, hit);
     const double at_max = average(rows, s, -1, b_max, -1, hit);
@@ -290,7 +290,7 @@ std::string plot_data_text(const std::vector<RetrievalProbeResult>& rows, const 
     for (const std::int64_t k : grid.ks) {
       for (std::size_t series = 0; series <= grid.selectors.size(); ++series) {
         const bool is_chance = series == grid.selectors.size();
-        const ScoreRule s = is_chance ? grid.selectors.front() : grid.selectors[series];
+        const RuleName s = is_chance ? grid.selectors.front() : grid.selectors[series];
         out += format("# index %d: context %lld, k %lld, %s\nblock_size hit_rate\n", index++,
                       static_cast<long long>(context), static_cast<long long>(k),
                       is_chance ? "chance" : std::string(to_string(s)).c_str());

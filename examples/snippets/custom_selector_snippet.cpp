@@ -21,7 +21,7 @@ struct RecencyBiasedSelector {
       scores[static_cast<std::size_t>(b)] += bonus_per_block * static_cast<float>(b);
   }
 };
-static_assert(amc::BlockSelector<RecencyBiasedSelector, amc::KvView<amc::f16>>);
+static_assert(amc::BlockRuleLike<RecencyBiasedSelector, amc::KvView<amc::f16>>);
 
 int main() {
   constexpr std::int64_t positions = 1024, head_dim = 32;

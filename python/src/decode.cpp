@@ -122,7 +122,7 @@ class DenseDecoder {
   LayerDecode<DenseDecode> layer_;
 };
 
-/// amc.SparseDecoder: BlockSparseDecode<RuleSelector> for every GQA group of a layer.
+/// amc.SparseDecoder: BlockSparseDecode<RegisteredRule> for every GQA group of a layer.
 class SparseDecoder {
  public:
   SparseDecoder(const SparseConfig& config, int threads)

@@ -186,7 +186,7 @@ TEST_CASE("the layer probe's mass, error norm and recall match a double recomput
   const amc::transformer::Config& cfg = checkpoint.config();
   const std::int64_t cells = cfg.num_hidden_layers * cfg.num_attention_heads;
   for (const auto scope : {amc::SelectionScope::per_head, amc::SelectionScope::per_group}) {
-    for (const auto score : {amc::ScoreRule::mean_pooled, amc::ScoreRule::channel_bound}) {
+    for (const auto score : {amc::RuleName::mean_pooled, amc::RuleName::channel_bound}) {
       amc::SparseConfig config;
       config.block_size = 4;
       config.top_k = 3;

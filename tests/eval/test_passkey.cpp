@@ -270,9 +270,9 @@ TEST_CASE("passkey command: bad settings are refused naming the flag and the val
       {"--supports 100", "passkey: --supports 100", "does not map to whole blocks"},
       {"--supports 60", "passkey: --supports 60", "smaller than sinks + window"},
       {"--supports 97,97", "passkey: --supports", "97 is listed twice"},
-      {"--selectors mean,foo", "passkey: --selectors", "'foo'"},
-      {"--selectors mean,mean", "passkey: --selectors", "'mean' is listed twice"},
-      {"--selectors submean --block-size 6 --supports 71", "passkey: --selectors",
+      {"--rules mean,foo", "passkey: --rules", "'foo'"},
+      {"--rules mean,mean", "passkey: --rules", "'mean' is listed twice"},
+      {"--rules submean --block-size 6 --supports 71", "passkey: --rules",
        "must divide block_size 6"},
       {"--threads 0", "passkey: --threads", "got 0"},
       {"--kv-dtype f16", "passkey: --kv-dtype", "'f16'"},
@@ -318,7 +318,7 @@ TEST_CASE(
   // 1 + 64 + 13 x 16 = 273 covers them all; 1 + 64 + 1 x 16 = 81 does not.
   REQUIRE(run_command("--model " + kTiny.string() + " --text " + doc.string() +
                       " --contexts 256 --depths 0.25,0.6 --trials 2 --supports 81,273 "
-                      "--selectors mean,bound --threads 2 --out " +
+                      "--rules mean,bound --threads 2 --out " +
                       out.string()) == 0);
   for (const char* name :
        {"passkey.csv", "trials.csv", "passkey.md", "passkey_plot.dat", "passkey.gp"}) {
@@ -419,7 +419,7 @@ TEST_CASE(
   runner.prefill(late);
   amc::SparseConfig in_window = base;
   in_window.window = 128;
-  for (const amc::ScoreRule rule : {amc::ScoreRule::mean_pooled, amc::ScoreRule::oracle}) {
+  for (const amc::RuleName rule : {amc::RuleName::mean_pooled, amc::RuleName::oracle}) {
     for (const amc::SelectionScope scope :
          {amc::SelectionScope::per_head, amc::SelectionScope::per_group}) {
       in_window.score = rule;
@@ -443,7 +443,7 @@ TEST_CASE(
   CHECK(dense.planted_in_support == 1.0);
   CHECK(dense.retained_mass == 1.0);
   CHECK(dense.planted_by_layer.empty());
-  for (const amc::ScoreRule rule : {amc::ScoreRule::mean_pooled, amc::ScoreRule::oracle}) {
+  for (const amc::RuleName rule : {amc::RuleName::mean_pooled, amc::RuleName::oracle}) {
     amc::SparseConfig small = base;
     small.score = rule;
     const PasskeyAnswer a = runner.answer(digits, small);
@@ -464,7 +464,7 @@ TEST_CASE(
   std::ofstream(doc) << code_text(120, 8);
   REQUIRE(run_command("--model " + kTiny.string() + " --text " + doc.string() +
                       " --contexts 256 --depths 0.3,0.5 --trials 2 --digits 16 --block-size 8 "
-                      "--window 16 --supports 25 --selectors mean,oracle --threads 2 --out " +
+                      "--window 16 --supports 25 --rules mean,oracle --threads 2 --out " +
                       (dir / "out").string()) == 0);
   int sparse_cells = 0;
   for (const auto& c : read_csv(dir / "out" / "passkey.csv")) {

@@ -19,14 +19,14 @@
 
 namespace {
 
-using amc::ScoreRule;
+using amc::RuleName;
 using amc::eval::RetrievalProbeOptions;
 using amc::eval::RetrievalProbeResult;
 using amc::transformer::test::read_file;
 using amc::transformer::test::TempDir;
 
 /// Mean hit rate over depths of the rows of one (selector, block size), all else fixed.
-double hit_rate(const std::vector<RetrievalProbeResult>& rows, ScoreRule selector,
+double hit_rate(const std::vector<RetrievalProbeResult>& rows, RuleName selector,
                 std::int64_t block_size) {
   double sum = 0.0;
   int count = 0;
@@ -50,7 +50,7 @@ TEST_CASE("retrieval probe: the oracle retrieves every needle whose score beats 
   options.depths = {0.2, 0.6};
   options.trials = 8;
   options.strength = 5.0;  // > ln 64: the needle's block outweighs any block of 64 distractors
-  options.selectors = {ScoreRule::oracle};
+  options.selectors = {RuleName::oracle};
   const auto rows = amc::eval::run_retrieval_probe(options);
   REQUIRE(rows.size() == 4 * 2 * 2);
   for (const auto& r : rows) {
@@ -70,11 +70,11 @@ TEST_CASE("retrieval probe: mean pooling dilutes the needle as blocks grow") {
   options.ks = {2};
   options.trials = 32;  // x 5 depths: 160 needles per block size
   options.strength = 6.0;
-  options.selectors = {ScoreRule::mean_pooled};
+  options.selectors = {RuleName::mean_pooled};
   const auto rows = amc::eval::run_retrieval_probe(options);
   std::vector<double> rates;
   for (const std::int64_t b : options.block_sizes)
-    rates.push_back(hit_rate(rows, ScoreRule::mean_pooled, b));
+    rates.push_back(hit_rate(rows, RuleName::mean_pooled, b));
   INFO("mean-pooled hit rate at B = 8, 16, 32, 64: " << rates[0] << ", " << rates[1] << ", "
                                                      << rates[2] << ", " << rates[3]);
   // The lift (s_needle - s_rest)/B shrinks as 1/B, the noise of distractor block means only as
@@ -100,7 +100,7 @@ TEST_CASE("retrieval probe: one cell against block means and channel bounds in d
   options.depths = {0.5};
   options.trials = 24;
   options.strength = 3.0;  // moderate: the mean selector both hits and misses
-  options.selectors = {ScoreRule::mean_pooled, ScoreRule::channel_bound};
+  options.selectors = {RuleName::mean_pooled, RuleName::channel_bound};
   const auto rows = amc::eval::run_retrieval_probe(options);
   REQUIRE(rows.size() == 2);
 
@@ -134,7 +134,7 @@ TEST_CASE("retrieval probe: one cell against block means and channel bounds in d
 
       std::vector<double> block_scores;  // [last - first]
       for (std::int64_t b = first; b < last; ++b) {
-        if (row.selector == ScoreRule::mean_pooled) {
+        if (row.selector == RuleName::mean_pooled) {
           double sum = 0.0;
           for (std::int64_t p = b * block_size; p < (b + 1) * block_size; ++p) sum += scores[p];
           block_scores.push_back(sum / block_size);
@@ -170,7 +170,7 @@ TEST_CASE("retrieval probe: one cell against block means and channel bounds in d
     INFO(amc::to_string(row.selector)
          << ": " << hits << " hits, " << misses << " misses, " << ambiguous << " ambiguous");
     CHECK(ambiguous <= 1);
-    if (row.selector == ScoreRule::mean_pooled) {  // the cell discriminates
+    if (row.selector == RuleName::mean_pooled) {  // the cell discriminates
       CHECK(hits > 0);
       CHECK(misses > 0);
     }
@@ -254,7 +254,7 @@ TEST_CASE("retrieval command: bad flags are refused with the flag and the value"
       {"--strength -1", "--strength", "-1"},
       {"--strength nan", "--strength", "nan"},
       {"--head-dim 0", "--head-dim", "0"},
-      {"--selectors mean,foo", "--selectors", "'foo'"},
+      {"--rules mean,foo", "--rules", "'foo'"},
       {"--seed -1", "--seed", "'-1'"},
       // Sinks and window are the library's selection settings: the library's message.
       {"--window -1", "amc::SparseConfig: window must be an integer >= 0", "'-1'"},

@@ -34,7 +34,7 @@ mapfile -t documents < <(/usr/bin/python3 tools/train_tiny/heldout_files.py)
 rm -rf "$out/passkey"
 "$eval" passkey --model "$model" --text "${documents[@]}" --contexts 1024,2048,4092 \
   --depths 0.1,0.3,0.5,0.7,0.85 --trials 10 --supports 97,193,385 \
-  --selectors mean,bound,oracle,twostage --out "$out/passkey"
+  --rules mean,bound,oracle,twostage --out "$out/passkey"
 
 common=(--model "$model" --text "${documents[@]}" --contexts 2048,3968
         --supports 97,193,385,769 --prefixes 10)

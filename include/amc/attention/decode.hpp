@@ -1,5 +1,5 @@
 // Decode attention for one GQA group (query heads sharing one KV head): dense, over an explicit
-// support, and block-sparse with a pluggable selector. All share one interface, so an engine
+// support, and block-sparse with a pluggable rule. All share one interface, so an engine
 // swaps dense for sparse with a template argument.
 //
 // Shapes, outermost first: queries [heads, head_dim] (f32), output [heads, head_dim] (f32),
@@ -248,28 +248,27 @@ class DenseDecode {
   detail::DecodeWorkspace workspace_;
 };
 
-/// Block-sparse decode: score blocks with `Selector`, keep sinks, window and the top-k blocks
+/// Block-sparse decode: score blocks with `Rule`, keep sinks, window and the top-k blocks
 /// (with config.top_p set, the fewest best of them whose estimated mass share reaches top_p:
 /// top_k.hpp; with config.target_eps set, the fewest best blocks whose certified omitted-mass
 /// bound meets it: adaptive_selection.hpp), attend over that support. Selection is fresh at every
 /// call. Not thread-safe: use one operator per thread (it owns its scratch so steady-state
 /// top-k calls do not allocate).
-template <class Selector = RuleSelector>
+template <class Rule = RegisteredRule>
 class BlockSparseDecode {
  public:
-  /// Validates `config`; the default Selector (RuleSelector) follows config.score.
-  explicit BlockSparseDecode(
-      const SparseConfig& config) requires std::same_as<Selector, RuleSelector>
-      : BlockSparseDecode(config, RuleSelector((config.validate(), config))) {}
+  /// Validates `config`; the default Rule (RegisteredRule) follows config.score.
+  explicit BlockSparseDecode(const SparseConfig& config) requires std::same_as<Rule, RegisteredRule>
+      : BlockSparseDecode(config, RegisteredRule((config.validate(), config))) {}
   explicit BlockSparseDecode(const SparseConfig& config) requires(
-      !std::same_as<Selector, RuleSelector>)
-      : BlockSparseDecode(config, Selector{}) {}
-  BlockSparseDecode(const SparseConfig& config, Selector selector)
-      : config_(config), selector_(std::move(selector)) {
+      !std::same_as<Rule, RegisteredRule>)
+      : BlockSparseDecode(config, Rule{}) {}
+  BlockSparseDecode(const SparseConfig& config, Rule rule)
+      : config_(config), rule_(std::move(rule)) {
     config_.validate();
-    // config.score names the rule only for RuleSelector; other selectors bring their own needs
+    // config.score names the rule only for RegisteredRule; other rules bring their own needs
     // (and check them as they read), adaptive selection its bound's.
-    if constexpr (std::same_as<Selector, RuleSelector>) {
+    if constexpr (std::same_as<Rule, RegisteredRule>) {
       required_ = required_summaries(config_);
     } else if (config_.adaptive()) {
       required_ = {.channel_bounds = true, .value_norms = true};
@@ -277,7 +276,8 @@ class BlockSparseDecode {
   }
 
   const SparseConfig& config() const { return config_; }
-  const Selector& selector() const { return selector_; }
+  const Rule& rule() const { return rule_; }
+  [[deprecated("renamed rule()")]] const Rule& selector() const { return rule_; }
 
   /// Blocks selected for query head h at the last call (for per-group scope, the same for all).
   std::span<const std::int64_t> selected_blocks(std::int64_t head) const {
@@ -287,7 +287,7 @@ class BlockSparseDecode {
   const Support& support(std::int64_t head) const {
     return supports_[static_cast<std::size_t>(head)];
   }
-  /// [heads, blocks] selector scores of the last call (row h for query head h).
+  /// [heads, blocks] rule scores of the last call (row h for query head h).
   std::span<const float> block_scores() const { return block_scores_; }
   /// Adaptive selection (config().target_eps set) at the last call, per query head: the
   /// blocks added (per group: the largest any head of the group needed) and the certified
@@ -305,7 +305,7 @@ class BlockSparseDecode {
   /// \param head    the KV head; head.summaries must cover exactly head.kv's positions with
   ///                block_size == config().block_size
   template <KvViewLike View>
-  requires BlockSelector<Selector, View>
+  requires BlockRuleLike<Rule, View>
   void select(const ConstMatrixRef& queries, const KvHead<View>& head) {
     begin_selection(queries, head);
     score_part(head, 0, 1);
@@ -318,7 +318,7 @@ class BlockSparseDecode {
   /// \param out     [heads, head_dim] f32
   /// \param results [heads]
   template <KvViewLike View>
-  requires BlockSelector<Selector, View>
+  requires BlockRuleLike<Rule, View>
   void decode(const ConstMatrixRef& queries, const KvHead<View>& head, MatrixRef out,
               std::span<HeadResult> results) {
     detail::check_decode_shapes("amc::BlockSparseDecode::decode", queries, head.kv, out, results);
@@ -333,11 +333,11 @@ class BlockSparseDecode {
   // results do not depend on the number of parts: each block's score is computed from that block
   // alone, by the same kernel, whichever part it falls in (tested bitwise).
 
-  /// Whether score_part accepts parts > 1: the selector scores each block from that block
-  /// alone (RuleSelector: every rule but the two-stage one, whose shortlist ranks all blocks).
+  /// Whether score_part accepts parts > 1: the rule scores each block from that block
+  /// alone (RegisteredRule: every rule but the two-stage one, whose shortlist ranks all blocks).
   bool scores_in_parts() const {
-    if constexpr (requires { selector_.scores_each_block_alone(); }) {
-      return selector_.scores_each_block_alone();
+    if constexpr (requires { rule_.scores_each_block_alone(); }) {
+      return rule_.scores_each_block_alone();
     } else {
       return false;
     }
@@ -346,8 +346,8 @@ class BlockSparseDecode {
   /// Checks the inputs, scales the queries and marks the blocks that cannot be selected;
   /// returns the number of candidate blocks, which score_part divides into parts.
   template <KvViewLike View>
-  requires BlockSelector<Selector, View> std::int64_t begin_selection(const ConstMatrixRef& queries,
-                                                                      const KvHead<View>& head) {
+  requires BlockRuleLike<Rule, View> std::int64_t begin_selection(const ConstMatrixRef& queries,
+                                                                  const KvHead<View>& head) {
     constexpr const char* where = "amc::BlockSparseDecode::select";
     const View& kv = head.kv;
     AMC_CHECK(queries.rows() > 0 && queries.cols() == kv.head_dim(), where, "queries are [",
@@ -390,7 +390,7 @@ class BlockSparseDecode {
   /// Different parts of one call may run on different threads at once; parts > 1 needs
   /// scores_in_parts(). Call after begin_selection with the same head.
   template <KvViewLike View>
-  requires BlockSelector<Selector, View>
+  requires BlockRuleLike<Rule, View>
   void score_part(const KvHead<View>& head, std::int64_t part, std::int64_t parts) {
     AMC_CHECK(parts >= 1 && part >= 0 && part < parts, "amc::BlockSparseDecode::score_part",
               "part ", part, " of ", parts, " does not exist");
@@ -406,9 +406,9 @@ class BlockSparseDecode {
     mine.last = part_boundary(part + 1, parts);
     if (parts > 1 && mine.count() == 0) return;
     if constexpr (requires(const GroupScoringInput& in, std::span<float> out) {
-                    selector_.score_blocks_group(in, kv, out);
+                    rule_.score_blocks_group(in, kv, out);
                   }) {
-      selector_.score_blocks_group(
+      rule_.score_blocks_group(
           GroupScoringInput{workspace_.scaled_queries.data(), heads, summaries, mine}, kv,
           block_scores_);
     } else {
@@ -418,14 +418,14 @@ class BlockSparseDecode {
             std::span<const float>(workspace_.scaled_queries.data() + h * head_dim,
                                    static_cast<std::size_t>(head_dim)),
             summaries, mine};
-        selector_.score_blocks(input, kv, scores_of(h, blocks));
+        rule_.score_blocks(input, kv, scores_of(h, blocks));
       }
     }
   }
 
   /// Picks the blocks from the scores of every part and builds the supports.
   template <KvViewLike View>
-  requires BlockSelector<Selector, View>
+  requires BlockRuleLike<Rule, View>
   void end_selection(const ConstMatrixRef& queries, const KvHead<View>& head) {
     const View& kv = head.kv;
     const std::int64_t heads = queries.rows();
@@ -560,7 +560,7 @@ class BlockSparseDecode {
 
   SparseConfig config_;
   SummaryOptions required_;  // what select() checks the summaries for
-  Selector selector_;
+  Rule rule_;
   detail::DecodeWorkspace workspace_;
   std::span<float> scores_of(std::int64_t head, std::int64_t blocks) {
     return std::span(block_scores_)

@@ -7,7 +7,7 @@
 // one line per rule). Configurations name rules (SparseConfig::score) and carry the rules'
 // settings (SparseConfig::rule_settings), whose rows join the configuration's own in
 // sparse_settings() (so every tool, JSON and Python take them); caches build the summaries the
-// configured rule asks for (required_summaries), and RuleSelector makes the rule.
+// configured rule asks for (required_summaries), and RegisteredRule makes the rule.
 #pragma once
 
 #include <algorithm>
@@ -45,51 +45,54 @@ const RuleInfo& find_rule(std::string_view name);
 /// A block scoring rule, by its registered name (src/rule_registry.cpp lists them; a rule is
 /// one file in amc/attention/rules/ plus one line of that registry). A small value type:
 /// copying it copies a name.
-class ScoreRule {
+class RuleName {
  public:
   /// The mean-pooled rule, the method under study.
-  constexpr ScoreRule() = default;
+  constexpr RuleName() = default;
 
   /// The registered rule called `name`; throws amc::error listing the registered names.
-  static inline ScoreRule named(std::string_view name);
+  static inline RuleName named(std::string_view name);
 
   constexpr std::string_view name() const { return name_; }
   /// Its registry entry (what it needs, how to make it).
   inline const RuleInfo& info() const;
 
-  friend constexpr bool operator==(const ScoreRule& a, const ScoreRule& b) {
+  friend constexpr bool operator==(const RuleName& a, const RuleName& b) {
     return a.name_ == b.name_;
   }
-  friend constexpr auto operator<=>(const ScoreRule& a, const ScoreRule& b) {
+  friend constexpr auto operator<=>(const RuleName& a, const RuleName& b) {
     return a.name_ <=> b.name_;
   }
 
   // The built-in rules, for code that names them (tools select rules by name).
-  static const ScoreRule mean_pooled;      ///< "mean": c <q, mean key>
-  static const ScoreRule channel_bound;    ///< "bound": c sum_i max(q_i min_i, q_i max_i)
-  static const ScoreRule oracle;           ///< "oracle": the true block mass; reads every key
-  static const ScoreRule two_stage;        ///< "twostage": a shortlist rescored from its keys
-  static const ScoreRule sub_block_means;  ///< "submean": the best sub-block mean score
+  static const RuleName mean_pooled;      ///< "mean": c <q, mean key>
+  static const RuleName channel_bound;    ///< "bound": c sum_i max(q_i min_i, q_i max_i)
+  static const RuleName oracle;           ///< "oracle": the true block mass; reads every key
+  static const RuleName two_stage;        ///< "twostage": a shortlist rescored from its keys
+  static const RuleName sub_block_means;  ///< "submean": the best sub-block mean score
 
  private:
-  constexpr explicit ScoreRule(std::string_view name) : name_(name) {}
+  constexpr explicit RuleName(std::string_view name) : name_(name) {}
   std::string_view name_ = "mean";  // points at static storage (a literal or the registry)
 };
 
-inline constexpr ScoreRule ScoreRule::mean_pooled{"mean"};
-inline constexpr ScoreRule ScoreRule::channel_bound{"bound"};
-inline constexpr ScoreRule ScoreRule::oracle{"oracle"};
-inline constexpr ScoreRule ScoreRule::two_stage{"twostage"};
-inline constexpr ScoreRule ScoreRule::sub_block_means{"submean"};
+/// The name RuleName had before issue 34 gave the concept one word.
+using ScoreRule [[deprecated("renamed amc::RuleName")]] = RuleName;
 
-constexpr std::string_view to_string(ScoreRule rule) { return rule.name(); }
+inline constexpr RuleName RuleName::mean_pooled{"mean"};
+inline constexpr RuleName RuleName::channel_bound{"bound"};
+inline constexpr RuleName RuleName::oracle{"oracle"};
+inline constexpr RuleName RuleName::two_stage{"twostage"};
+inline constexpr RuleName RuleName::sub_block_means{"submean"};
+
+constexpr std::string_view to_string(RuleName rule) { return rule.name(); }
 
 /// How a setting's value is written in JSON.
 enum class SettingKind : std::uint8_t { integer, real, name };
 
 /// The value of a rule's own setting: an integer, a real or a rule (SettingKind integer, real,
 /// name).
-using RuleSettingValue = std::variant<std::int64_t, double, ScoreRule>;
+using RuleSettingValue = std::variant<std::int64_t, double, RuleName>;
 
 /// One setting of a rule's own (RuleInfo::settings), a row of the settings table
 /// (sparse_settings()) like the configuration's own: it is a text key, a JSON key, a
@@ -133,8 +136,8 @@ struct RuleInfo {
   void (*check)(const SparseConfig& config) = nullptr;
 };
 
-inline ScoreRule ScoreRule::named(std::string_view name) { return ScoreRule(find_rule(name).name); }
-inline const RuleInfo& ScoreRule::info() const { return find_rule(name_); }
+inline RuleName RuleName::named(std::string_view name) { return RuleName(find_rule(name).name); }
+inline const RuleInfo& RuleName::info() const { return find_rule(name_); }
 
 /// The setting of a registered rule called `name`, or nullptr.
 inline const RuleSetting* find_rule_setting_or_null(std::string_view name) {
@@ -170,7 +173,7 @@ class RuleSettings {
     return it != values_.end() && it->first == name ? &it->second : nullptr;
   }
 
-  /// The value of `name` as T (std::int64_t, double or ScoreRule, as its kind): the one set,
+  /// The value of `name` as T (std::int64_t, double or RuleName, as its kind): the one set,
   /// else its row's default. Throws amc::error for a name no registered rule has, or a T that
   /// is not its kind.
   template <class T>
@@ -184,21 +187,21 @@ class RuleSettings {
     return *typed;
   }
 
-  /// Sets `name` to `value` (an integer, a real or a ScoreRule). As for the configuration's
+  /// Sets `name` to `value` (an integer, a real or a RuleName). As for the configuration's
   /// fields, the value is checked against its row by SparseConfig::validate(). Throws
   /// amc::error for a name no registered rule has, or a value of another kind.
   template <class T>
   void set(std::string_view name, T value) {
     const RuleSetting& setting = find_rule_setting(name, "amc::RuleSettings::set");
     RuleSettingValue stored;
-    if constexpr (std::same_as<T, ScoreRule>) {
+    if constexpr (std::same_as<T, RuleName>) {
       stored = value;
     } else if constexpr (std::is_integral_v<T>) {
       stored = static_cast<std::int64_t>(value);
     } else if constexpr (std::is_floating_point_v<T>) {
       stored = static_cast<double>(value);
     } else {
-      static_assert(std::same_as<T, RuleSettingValue>, "an integer, a real or a ScoreRule");
+      static_assert(std::same_as<T, RuleSettingValue>, "an integer, a real or a RuleName");
       stored = value;
     }
     AMC_CHECK(stored.index() == static_cast<std::size_t>(setting.kind), "amc::RuleSettings::set",

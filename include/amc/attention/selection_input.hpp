@@ -57,11 +57,15 @@ struct GroupScoringInput {
 /// A block scoring rule: fills scores[b] for every candidate block b (scores has one slot per
 /// block of the summaries; slots outside the candidate range are ignored).
 template <class S, class View>
-concept BlockSelector = KvViewLike<View> &&
-    requires(const S& selector, const BlockScoringInput& input, const View& kv,
-             std::span<float> scores) {
-  { selector.score_blocks(input, kv, scores) } -> std::same_as<void>;
+concept BlockRuleLike = KvViewLike<View> && requires(const S& rule, const BlockScoringInput& input,
+                                                     const View& kv, std::span<float> scores) {
+  { rule.score_blocks(input, kv, scores) } -> std::same_as<void>;
 };
+
+/// BlockRuleLike's name before issue 34 gave the concept one word (kept for users' code; a
+/// concept cannot be marked [[deprecated]]).
+template <class S, class View>
+concept BlockSelector = BlockRuleLike<S, View>;
 
 /// Support = sinks U window U the selected blocks, deduplicated and in position order.
 inline void build_support(std::int64_t positions, const SparseConfig& config,
@@ -124,10 +128,10 @@ class KeyRows {
 };
 
 /// A block scoring rule: the one face of every built-in rule (attention/rules/*.hpp), made by
-/// the registry (rule_info.hpp) for RuleSelector, the runtime choice by SparseConfig::score.
+/// the registry (rule_info.hpp) for RegisteredRule, the runtime choice by SparseConfig::score.
 /// Implementations are stateless and const, so one rule may serve every thread.
 ///
-/// A rule also models BlockSelector through score_blocks / score_blocks_group below (the
+/// A rule also models BlockRuleLike through score_blocks / score_blocks_group below (the
 /// adapter): BlockSparseDecode<MeanPooledRule> runs a rule with no runtime choice, and a
 /// user-written selector calls a built-in rule as `amc::MeanPooledRule{}.score_blocks(in, kv,
 /// scores)`.
@@ -135,12 +139,12 @@ class BlockRule {
  public:
   virtual ~BlockRule() = default;
 
-  /// As a BlockSelector: score() on the keys of `kv`.
+  /// As a BlockRuleLike: score() on the keys of `kv`.
   template <KvViewLike View>
   void score_blocks(const BlockScoringInput& in, const View& kv, std::span<float> scores) const {
     score(in, KeyRows(kv), scores);
   }
-  /// As a BlockSelector that scores a group at once: score_group() on the keys of `kv`.
+  /// As a BlockRuleLike that scores a group at once: score_group() on the keys of `kv`.
   template <KvViewLike View>
   void score_blocks_group(const GroupScoringInput& in, const View& kv,
                           std::span<float> scores) const {

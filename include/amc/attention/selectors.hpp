@@ -4,7 +4,7 @@
 // A selector writes one score per block, higher meaning "read this block first". Scores are in
 // logit units (they estimate or bound the log of the block's softmax mass up to a shared
 // constant), which is what lets per-group scope softmax-normalise and combine them across heads.
-// Users plug in their own rule by writing a type that models BlockSelector.
+// Users plug in their own rule by writing a type that models BlockRuleLike.
 #pragma once
 
 #include <algorithm>
@@ -34,15 +34,15 @@ namespace amc {
 
 /// Runtime choice among the registered rules (attention/rule_info.hpp), by SparseConfig::score:
 /// what tools and configurations use. Copies share the rule, which is stateless and const.
-class RuleSelector {
+class RegisteredRule {
  public:
   /// Mean pooling.
-  RuleSelector() : RuleSelector(SparseConfig{}) {}
+  RegisteredRule() : RegisteredRule(SparseConfig{}) {}
   /// The rule `config.score` names, made for `config`.
-  explicit RuleSelector(const SparseConfig& config)
+  explicit RegisteredRule(const SparseConfig& config)
       : rule_(config.score), scorer_(config.score.info().make(config)) {}
 
-  ScoreRule rule() const { return rule_; }
+  RuleName rule() const { return rule_; }
 
   template <KvViewLike View>
   void score_blocks(const BlockScoringInput& in, const View& kv, std::span<float> scores) const {
@@ -60,8 +60,11 @@ class RuleSelector {
   }
 
  private:
-  ScoreRule rule_;
+  RuleName rule_;
   std::shared_ptr<const BlockRule> scorer_;
 };
+
+/// The name RegisteredRule had before issue 34 gave the concept one word.
+using RuleSelector [[deprecated("renamed amc::RegisteredRule")]] = RegisteredRule;
 
 }  // namespace amc

@@ -63,7 +63,7 @@ inline SelectionScope parse_scope(std::string_view name) {
   if (const auto scope = detail::scope_named(name)) return *scope;
   detail::throw_error("amc::parse_scope", "scope must be 'head' or 'group', got '", name, "'");
 }
-inline ScoreRule parse_score_rule(std::string_view name) { return ScoreRule::named(name); }
+inline RuleName parse_score_rule(std::string_view name) { return RuleName::named(name); }
 inline GroupCombine parse_combine(std::string_view name) {
   if (const auto combine = detail::combine_named(name)) return *combine;
   detail::throw_error("amc::parse_combine", "combine must be 'sum' or 'max', got '", name, "'");
@@ -79,7 +79,7 @@ struct SparseConfig {
   std::int64_t sinks = 1;
   std::int64_t window = 64;
   SelectionScope scope = SelectionScope::per_head;
-  ScoreRule score;  ///< mean pooling unless set
+  RuleName score;  ///< mean pooling unless set
   GroupCombine combine = GroupCombine::sum;
   /// Attention scale c; unset means 1/sqrt(head_dim).
   std::optional<float> scale;
@@ -353,7 +353,7 @@ inline SparseSetting rule_setting_row(const RuleInfo& rule, const RuleSetting& s
         if (value == nullptr) return std::string();
         return std::visit(
             [](const auto& v) -> std::string {
-              if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, ScoreRule>) {
+              if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, RuleName>) {
                 return std::string(v.name());
               } else {
                 return setting_number_text(v);
@@ -383,15 +383,15 @@ inline constexpr Interval kUnitOpenBelow{.low = 0.0, .low_open = true, .high = 1
 // A scale at or above 1e30 overflows a score to infinity for ordinary inputs.
 inline constexpr Interval kScale{.low = 0.0, .low_open = true, .high = 1e30, .high_open = true};
 
-inline std::optional<ScoreRule> rule_named(std::string_view text) {
+inline std::optional<RuleName> rule_named(std::string_view text) {
   if (find_rule_or_null(text) == nullptr) return std::nullopt;
-  return ScoreRule::named(text);
+  return RuleName::named(text);
 }
 /// A first stage: a registered rule that reads only summaries.
-inline std::optional<ScoreRule> summary_rule_named(std::string_view text) {
+inline std::optional<RuleName> summary_rule_named(std::string_view text) {
   const RuleInfo* rule = find_rule_or_null(text);
   if (rule == nullptr || rule->reads_keys) return std::nullopt;
-  return ScoreRule::named(text);
+  return RuleName::named(text);
 }
 constexpr bool valid_scope(SelectionScope s) {
   return s == SelectionScope::per_head || s == SelectionScope::per_group;
@@ -399,8 +399,8 @@ constexpr bool valid_scope(SelectionScope s) {
 constexpr bool valid_combine(GroupCombine g) {
   return g == GroupCombine::sum || g == GroupCombine::max;
 }
-inline bool registered(ScoreRule rule) { return find_rule_or_null(rule.name()) != nullptr; }
-inline bool reads_only_summaries(ScoreRule rule) {
+inline bool registered(RuleName rule) { return find_rule_or_null(rule.name()) != nullptr; }
+inline bool reads_only_summaries(RuleName rule) {
   const RuleInfo* info = find_rule_or_null(rule.name());
   return info != nullptr && !info->reads_keys;
 }
@@ -436,7 +436,7 @@ constexpr RuleSetting integer_rule_setting(std::string_view name, std::string_vi
 /// only summaries. Its requirement lists the choices the registry offers.
 template <bool reads_keys_too>
 constexpr RuleSetting rule_name_setting(std::string_view name, std::string_view help,
-                                        std::string_view requirement, ScoreRule default_value) {
+                                        std::string_view requirement, RuleName default_value) {
   return {name,
           help,
           SettingKind::name,
@@ -450,7 +450,7 @@ constexpr RuleSetting rule_name_setting(std::string_view name, std::string_view 
             return *rule;
           },
           [](const RuleSettingValue& value) {
-            const auto* rule = std::get_if<ScoreRule>(&value);
+            const auto* rule = std::get_if<RuleName>(&value);
             return rule != nullptr && (reads_keys_too ? detail::registered(*rule)
                                                       : detail::reads_only_summaries(*rule));
           }};

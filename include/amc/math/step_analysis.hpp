@@ -3,7 +3,7 @@
 //
 // For each KV head g it builds block summaries of the keys and values (what the configured
 // rule reads, plus channel bounds and value norms for the certified bounds), runs DenseDecode
-// and BlockSparseDecode<RuleSelector> over the query heads of the group (the operators choose
+// and BlockSparseDecode<RegisteredRule> over the query heads of the group (the operators choose
 // the support: top-k, top-p or adaptive, per head or per group), and for each query head
 // reports the exact quantities of docs/theory.md section 2 computed in double from the stored
 // values (omitted_mass.hpp), how far the f32 operators' outputs are from them, and what the

@@ -19,7 +19,7 @@
 
 namespace amc {
 
-/// A BlockRule; also a BlockSelector (BlockSparseDecode<ChannelBoundRule>, or called from a
+/// A BlockRule; also a BlockRuleLike (BlockSparseDecode<ChannelBoundRule>, or called from a
 /// user's selector: BlockRule's score_blocks).
 class ChannelBoundRule final : public BlockRule {
  public:

@@ -11,7 +11,7 @@
 
 namespace amc {
 
-/// A BlockRule; also a BlockSelector (BlockSparseDecode<MeanPooledRule>, or called from a
+/// A BlockRule; also a BlockRuleLike (BlockSparseDecode<MeanPooledRule>, or called from a
 /// user's selector: BlockRule's score_blocks).
 class MeanPooledRule final : public BlockRule {
  public:

@@ -15,7 +15,7 @@
 
 namespace amc {
 
-/// A BlockRule; also a BlockSelector (BlockSparseDecode<OracleRule>, or called from a user's
+/// A BlockRule; also a BlockRuleLike (BlockSparseDecode<OracleRule>, or called from a user's
 /// selector: BlockRule's score_blocks).
 class OracleRule final : public BlockRule {
  public:

@@ -23,7 +23,7 @@
 
 namespace amc {
 
-/// A BlockRule; also a BlockSelector (BlockSparseDecode<SubBlockMeansRule>, or called from a
+/// A BlockRule; also a BlockRuleLike (BlockSparseDecode<SubBlockMeansRule>, or called from a
 /// user's selector: BlockRule's score_blocks).
 class SubBlockMeansRule final : public BlockRule {
  public:

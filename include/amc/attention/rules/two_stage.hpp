@@ -54,7 +54,7 @@ class TwoStageRule final : public BlockRule {
         rule_name_setting<false>(
             "shortlist_score",
             "score twostage: the first stage's rule, one that reads only summaries (unset: mean)",
-            "a rule that reads only summaries: ", ScoreRule::mean_pooled),
+            "a rule that reads only summaries: ", RuleName::mean_pooled),
     };
     return rows;
   }
@@ -63,8 +63,8 @@ class TwoStageRule final : public BlockRule {
     return config.rule_settings.get<std::int64_t>("shortlist");
   }
   /// The first stage of `config` (mean pooling when unset).
-  static ScoreRule shortlist_score(const SparseConfig& config) {
-    return config.rule_settings.get<ScoreRule>("shortlist_score");
+  static RuleName shortlist_score(const SparseConfig& config) {
+    return config.rule_settings.get<RuleName>("shortlist_score");
   }
   /// The first stage's summaries.
   static SummaryOptions summaries(const SparseConfig& config) {
