@@ -799,6 +799,49 @@ constexpr Kernel<Out> kernel_for(Kind kind) {
   return nullptr;
 }
 
+/// Elements and bytes of one block of `kind` (1 element for the plain types).
+constexpr std::size_t block_elements(Kind kind) {
+  switch (kind) {
+    case Kind::F32:
+    case Kind::F16:
+    case Kind::BF16:
+      return 1;
+    case Kind::Q4_K:
+    case Kind::Q5_K:
+    case Kind::Q6_K:
+      return 256;
+    default:
+      return 32;
+  }
+}
+
+constexpr std::size_t block_bytes(Kind kind) {
+  switch (kind) {
+    case Kind::F32:
+      return 4;
+    case Kind::F16:
+    case Kind::BF16:
+      return 2;
+    case Kind::Q4_0:
+      return 18;
+    case Kind::Q4_1:
+      return 20;
+    case Kind::Q5_0:
+      return 22;
+    case Kind::Q5_1:
+      return 24;
+    case Kind::Q8_0:
+      return 34;
+    case Kind::Q4_K:
+      return 144;
+    case Kind::Q5_K:
+      return 176;
+    case Kind::Q6_K:
+      return 210;
+  }
+  return 0;
+}
+
 // --- Dot products over 8-bit activations (Q8Activations) -------------------------------------
 // Per block the exact integer sum of the weight's quants times the activations' quants, then
 // the scales in f32. Q8_0: d_w d_x S. Q4_0 (quants q - 8): d_w d_x (S - 8 sum_x). Q4_1 (q d + m):
@@ -809,7 +852,7 @@ constexpr Kernel<Out> kernel_for(Kind kind) {
 template <Kind K>
 float q8_dot_generic(const Q8Activations& x, const std::byte* in_bytes, std::size_t blocks) {
   const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
-  constexpr std::size_t kBytes = K == Kind::Q8_0 ? 34 : K == Kind::Q4_0 ? 18 : 20;
+  constexpr std::size_t kBytes = block_bytes(K);
   float lanes[8] = {};
   for (std::size_t b = 0; b < blocks; ++b, in += kBytes) {
     const std::int8_t* __restrict xq = x.q.data() + 32 * b;
@@ -850,7 +893,7 @@ __attribute__((always_inline)) inline float q8_dot_simd(const Q8Activations& x,
                                                         const std::byte* in_bytes,
                                                         std::size_t blocks, const Dot& dot) {
   const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
-  constexpr std::size_t kBytes = K == Kind::Q8_0 ? 34 : K == Kind::Q4_0 ? 18 : 20;
+  constexpr std::size_t kBytes = block_bytes(K);
   constexpr std::size_t kScaleChunk = 64;  // blocks whose scales are converted ahead
   // Four accumulators (block i of a chunk into accumulator i % 4): one FMA chain would wait
   // its latency on every block.
@@ -974,49 +1017,6 @@ constexpr Q8Kernel q8_dot_vnni_for([[maybe_unused]] Kind kind) {
   }
 #endif
   return nullptr;
-}
-
-/// Elements and bytes of one block of `kind` (1 element for the plain types).
-constexpr std::size_t block_elements(Kind kind) {
-  switch (kind) {
-    case Kind::F32:
-    case Kind::F16:
-    case Kind::BF16:
-      return 1;
-    case Kind::Q4_K:
-    case Kind::Q5_K:
-    case Kind::Q6_K:
-      return 256;
-    default:
-      return 32;
-  }
-}
-
-constexpr std::size_t block_bytes(Kind kind) {
-  switch (kind) {
-    case Kind::F32:
-      return 4;
-    case Kind::F16:
-    case Kind::BF16:
-      return 2;
-    case Kind::Q4_0:
-      return 18;
-    case Kind::Q4_1:
-      return 20;
-    case Kind::Q5_0:
-      return 22;
-    case Kind::Q5_1:
-      return 24;
-    case Kind::Q8_0:
-      return 34;
-    case Kind::Q4_K:
-      return 144;
-    case Kind::Q5_K:
-      return 176;
-    case Kind::Q6_K:
-      return 210;
-  }
-  return 0;
 }
 
 /// The dot product of any type: the table's dequantization into a chunk of 256 values in L1,

@@ -68,6 +68,40 @@ std::vector<std::int32_t> greedy(const Checkpoint& c, const std::vector<std::int
   return ids;
 }
 
+/// Two sessions fed the same tokens: a prefill of `prompt`, then `steps` decode steps of a's
+/// greedy token. Per logits vector compared (the prefill's, then each step's): the largest
+/// |a - b| as a share of a's logit range, and whether both pick the same token.
+struct ForcedComparison {
+  std::vector<double> relative;
+  std::vector<bool> same_pick;
+};
+
+ForcedComparison compare_forced(Session& a, Session& b, const std::vector<std::int32_t>& prompt,
+                                int steps) {
+  const auto vocab = static_cast<std::size_t>(a.config().vocab_size);
+  std::vector<float> la(vocab), lb(vocab);
+  a.prefill(prompt, la);
+  b.prefill(prompt, lb);
+  ForcedComparison out;
+  for (int step = 0; step <= steps; ++step) {
+    const auto [low, high] = std::minmax_element(la.begin(), la.end());
+    double largest = 0.0;
+    for (std::size_t i = 0; i < vocab; ++i) {
+      largest = std::max(largest, std::abs(static_cast<double>(la[i]) - lb[i]));
+    }
+    out.relative.push_back(largest / (*high - *low));
+    const auto token =
+        static_cast<std::int32_t>(std::max_element(la.begin(), la.end()) - la.begin());
+    out.same_pick.push_back(
+        token == static_cast<std::int32_t>(std::max_element(lb.begin(), lb.end()) - lb.begin()));
+    if (step < steps) {
+      a.decode(token, la);
+      b.decode(token, lb);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("SmolLM2-135M-Instruct loads from its GGUF file with its published shape", "[real]") {
@@ -160,31 +194,15 @@ TEST_CASE("SmolLM2 with its blocks kept as stored decodes as with the weights wi
   options.threads = 2;
   options.kv_dtype = amc::StorageType::f32;
   Session a(widened, options), b(stored, options);
-  const auto vocab = static_cast<std::size_t>(widened.config().vocab_size);
-  std::vector<float> la(vocab), lb(vocab);
-  a.prefill(prompt, la);
-  b.prefill(prompt, lb);
-  double worst = 0.0;
-  for (int step = 0; step <= 16; ++step) {
-    const auto [low, high] = std::minmax_element(la.begin(), la.end());
-    double largest = 0.0;
-    for (std::size_t i = 0; i < vocab; ++i) {
-      largest = std::max(largest, std::abs(static_cast<double>(la[i]) - lb[i]));
-    }
-    const double relative = largest / (*high - *low);
-    worst = std::max(worst, relative);
-    INFO("step " << step << ": max |stored - widened| " << largest << ", " << relative
-                 << " of the range");
-    REQUIRE(relative <= 1e-5);
-    const auto token =
-        static_cast<std::int32_t>(std::max_element(la.begin(), la.end()) - la.begin());
-    CHECK(token == static_cast<std::int32_t>(std::max_element(lb.begin(), lb.end()) - lb.begin()));
-    a.decode(token, la);
-    b.decode(token, lb);
+  const ForcedComparison c = compare_forced(a, b, prompt, 16);
+  for (std::size_t step = 0; step < c.relative.size(); ++step) {
+    INFO("step " << step << ": max |stored - widened| " << c.relative[step] << " of the range");
+    REQUIRE(c.relative[step] <= 1e-5);
+    CHECK(c.same_pick[step]);
   }
   std::printf(
       "test_real_model: stored blocks vs f32 weights: max |difference| %.3g of the logits' range\n",
-      worst);
+      *std::max_element(c.relative.begin(), c.relative.end()));
 }
 
 TEST_CASE("SmolLM2 with 8-bit activations on its stored blocks stays near the f32 products",
@@ -205,30 +223,13 @@ TEST_CASE("SmolLM2 with 8-bit activations on its stored blocks stays near the f3
   SessionOptions q8 = f32;
   q8.activations = Activations::q8;
   Session a(stored, f32), b(stored, q8);
-  const auto vocab = static_cast<std::size_t>(stored.config().vocab_size);
-  std::vector<float> la(vocab), lb(vocab);
-  a.prefill(prompt, la);
-  b.prefill(prompt, lb);
-  double worst = 0.0;
-  int same_picks = 0;
-  for (int step = 0; step <= 16; ++step) {
-    const auto [low, high] = std::minmax_element(la.begin(), la.end());
-    double largest = 0.0;
-    for (std::size_t i = 0; i < vocab; ++i) {
-      largest = std::max(largest, std::abs(static_cast<double>(la[i]) - lb[i]));
-    }
-    worst = std::max(worst, largest / (*high - *low));
-    const auto token =
-        static_cast<std::int32_t>(std::max_element(la.begin(), la.end()) - la.begin());
-    same_picks +=
-        token == static_cast<std::int32_t>(std::max_element(lb.begin(), lb.end()) - lb.begin());
-    a.decode(token, la);
-    b.decode(token, lb);
-  }
+  const ForcedComparison c = compare_forced(a, b, prompt, 16);
+  const double worst = *std::max_element(c.relative.begin(), c.relative.end());
+  const auto same_picks = std::count(c.same_pick.begin(), c.same_pick.end(), true);
   std::printf(
       "test_real_model: 8-bit vs f32 activations: max |difference| %.3g of the range, %d "
       "of 17 greedy picks the same\n",
-      worst, same_picks);
+      worst, static_cast<int>(same_picks));
   CHECK(worst > 0.0);  // the activations are rounded: not the f32 products
   CHECK(worst <= 0.05);
   CHECK(same_picks >= 15);
