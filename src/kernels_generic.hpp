@@ -56,6 +56,23 @@ void score_rows_entry(const float* queries, std::int64_t heads, std::int64_t hea
   }
 }
 
+/// q8_0 rows widened to f32 (KernelTable::load_q8_0_rows): a plain loop that each instruction
+/// set's translation unit compiles with its own flags. Every product is exact (an f16 times an
+/// 8-bit integer), so every table gives the same values.
+void load_q8_0_rows_entry(const std::int8_t* quants, std::ptrdiff_t quant_stride,
+                          const f16* scales, std::ptrdiff_t scale_stride, std::int64_t rows,
+                          std::int64_t head_dim, float* out) {
+  for (std::int64_t r = 0; r < rows; ++r, out += head_dim) {
+    const std::int8_t* q = quants + r * quant_stride;
+    const f16* d = scales + r * scale_stride;
+    for (std::int64_t b = 0; b < head_dim / 32; ++b) {
+      const float scale = to_float(d[b]);
+      for (std::int64_t j = 0; j < 32; ++j)
+        out[b * 32 + j] = scale * static_cast<float>(q[b * 32 + j]);
+    }
+  }
+}
+
 /// Folds one chunk's scores ([heads, kAttendChunk], `rows` used) into the running states: the
 /// scores become weights exp(s - new max) in place, and what was accumulated under an older,
 /// smaller max is rescaled once per chunk.
@@ -133,6 +150,7 @@ KernelTable make_table() {
   fill.template operator()<float>();
   fill.template operator()<bf16>();
   fill.template operator()<f16>();
+  table.load_q8_0_rows = &load_q8_0_rows_entry;
   table.max = &Ops::max;
   table.exp_sum = &Ops::exp_sum;
   table.scale = &Ops::scale;

@@ -15,6 +15,7 @@
 #include "amc/kernels/kernel_table.hpp"
 #include "amc/kv_view.hpp"
 #include "amc/parallel.hpp"
+#include "amc/q8_kv.hpp"
 #include "amc/storage.hpp"
 #include "amc/tensor.hpp"
 #include "amc/version.hpp"

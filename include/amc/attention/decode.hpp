@@ -108,11 +108,17 @@ struct DecodeWorkspace {
 /// changed nothing measurable, while these loads made cold attention over a support 15-24%
 /// faster (docs/performance.md); independent loads keep many line misses in flight, and the
 /// work that follows does not wait for them.
+/// A view that stores its rows in another form (Q8KvView, amc/q8_kv.hpp) reads them itself
+/// (touch_rows), since its key()/value() would widen every row to read one byte.
 template <KvViewLike View>
 void touch_range_start(const View& kv, const PositionRange& range) {
   using T = typename View::value_type;
   constexpr std::int64_t kLine = 64 / static_cast<std::int64_t>(sizeof(T));  // elements per line
   const std::int64_t end = std::min(range.end, range.begin + kernels::kAttendChunk);
+  if constexpr (requires { kv.touch_rows(range.begin, end); }) {
+    kv.touch_rows(range.begin, end);
+    return;
+  }
   unsigned seen = 0;
   for (std::int64_t p = range.begin; p < end; ++p) {
     for (std::int64_t i = 0; i < kv.head_dim(); i += kLine) {
