@@ -23,8 +23,10 @@ q/k rows the converter permutes). Each is converted with --type f32, bf16, q8_0 
   of --weight-dtype f32 within 1e-5 of their range: the same products summed in another order
   (the criterion and reason of tests/test_real_model.cpp, measured there at 6e-7).
 
-And the refusals: a bad --type, a missing directory, an unsupported rope_scaling, a row length
-that is no multiple of the block of 32: exit status 2, one line on stderr, no file left behind.
+A sharded checkpoint (model.safetensors.index.json) converts to the single file's bytes. And the
+refusals: a bad --type, a missing directory, an unsupported rope_scaling, a row length that is
+no multiple of the block of 32, an unknown pre-tokenizer regex, a tensor unknown, missing or
+misshapen: exit status 2, one line on stderr, no file left behind (and an existing one untouched).
 
 ctest runs it in the venv of scripts/python-test-deps (numpy, pytest, gguf) with env AMC_SYNTH
 and AMC_GENERATE naming the two tools.
@@ -386,8 +388,41 @@ def test_refusals(made, tmp_path):
     odd = tmp_path / "odd"  # rows of 48 values: no whole number of blocks of 32
     run([tool("AMC_SYNTH"), "--out", str(odd), "--hidden", "48", "--heads", "4", "--kv-heads", "2"])
     refused([odd, out, "--type", "q8_0"], ["block of 32"], out)
+    # Copies of the qwen2 checkpoint, each broken in one way.
+    def broken(name, tensors=None, regex=None):
+        d = tmp_path / name
+        d.mkdir()
+        for f in ("config.json", "tokenizer.json", "model.safetensors"):
+            (d / f).write_bytes((qwen2 / f).read_bytes())
+        if tensors is not None:
+            write_safetensors(d / "model.safetensors", tensors)
+        if regex is not None:
+            tok = json.loads((d / "tokenizer.json").read_text())
+            tok["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = regex
+            (d / "tokenizer.json").write_text(json.dumps(tok))
+        return d
+
+    weights = made["qwen2"]["weights"]
+    refused([broken("regex", regex=r"\s+"), out], ["pre-tokenizer"], out)
+    refused([broken("extra", {**weights, "model.extra.weight": np.zeros(4, np.float32)}), out],
+            ["model.extra.weight", "not part of"], out)
+    refused([broken("missing", {k: w for k, w in weights.items() if k != "model.norm.weight"}), out],
+            ["model.norm.weight", "missing"], out)
+    transposed = {k: (w.T if k == "model.layers.1.mlp.up_proj.weight" else w) for k, w in weights.items()}
+    refused([broken("transposed", transposed), out], ["up_proj", "shape"], out)
     convert(odd, out, "bf16")  # no blocks, no refusal
     before = out.read_bytes()
     refused_again = subprocess.run([sys.executable, CONVERTER, str(odd), str(out), "--type", "q4_0"],
                                    capture_output=True, text=True, timeout=120)
     assert refused_again.returncode == 2 and out.read_bytes() == before  # the old file untouched
+
+
+def test_sharded_checkpoint_gives_the_same_file(made, tmp_path):
+    """model.safetensors.index.json and its shards: the same bytes as the single file (the same
+    seed, and a directory of the same name, which becomes general.name)."""
+    sharded = tmp_path / "sharded" / "qwen2"
+    run([tool("AMC_SYNTH"), "--out", str(sharded), *CHECKPOINTS["qwen2"], "--shards", "3"])
+    assert (sharded / "model.safetensors.index.json").exists()
+    out = tmp_path / "sharded.gguf"
+    convert(sharded, out, "q8_0")
+    assert out.read_bytes() == made["qwen2"]["gguf"]["q8_0"].read_bytes()
