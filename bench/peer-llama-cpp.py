@@ -153,6 +153,9 @@ class LlamaCpp:
         self.model = L.llama_model_load_from_file(model.encode(), mp)
         if not self.model:
             fail(f"llama.cpp could not load {model}")
+        desc = ctypes.create_string_buffer(256)
+        L.llama_model_desc(self.model, desc, len(desc))
+        self.desc = desc.value.decode(errors="replace")  # "qwen2 1B Q8_0": architecture, size, type
         self.vocab = L.llama_model_get_vocab(self.model)
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
         self.threads, self.n_ctx = threads, n_ctx
@@ -424,9 +427,14 @@ def summary_md(info: dict, g: dict | None, rows: list[dict] | None) -> str:
         P = g["prompts"]
         n_tok = info["tokens"]
         L.append(f"## Greedy tokens ({len(P)} prompts, {n_tok} tokens each, the same prompt ids)\n")
-        L.append("amc-f32: `--weight-dtype f32 --kv-dtype f32` (Q4_1 weights dequantized to f32, f32 "
-                 "activations); amc-bf16: the defaults (bf16 weights and KV cache); llama-fa0/fa1: llama.cpp "
-                 "(Q4_1 weights times activations quantized to Q8_1, KV cache f16) with flash attention off/on. "
+        # Not one file's types: the peer runs on the SmolLM2 Q4_1 file and on converted ones
+        # (tools/checkpoint-to-gguf: Q8_0, BF16, ...); llama.cpp names the file's main type.
+        L.append(f"Model: {info.get('llama_model_desc', '?')} (llama.cpp's description). "
+                 "amc-f32: `--weight-dtype f32 --kv-dtype f32` (the file's weights dequantized to f32, f32 "
+                 "activations); amc-bf16: the defaults (weights widened to bf16, KV cache bf16); llama-fa0/fa1: "
+                 "llama.cpp (the weights as stored, times activations converted to the type its CPU kernel "
+                 "pairs with them: Q8_1 for Q4_1, Q8_0 for Q8_0 and Q4_0, bf16 for BF16; KV cache f16) with "
+                 "flash attention off/on. "
                  "\"forced agree\": llama.cpp fed amc's tokens, share of steps where its argmax is amc's token "
                  "(the same context at every step). \"noise p50/p99\": the shift of the top-2 logit difference "
                  "between the two engines at steps with the same context (forced steps for amc vs llama.cpp, "
@@ -573,6 +581,7 @@ def main() -> None:
         info["amc_sparse_defaults"] = amc_sparse_defaults(a.amc)
     llama = LlamaCpp(a.sdist, a.lib_dir, a.model, a.threads, n_ctx=4096)
     info["llama_system_info"] = llama.system_info
+    info["llama_model_desc"] = llama.desc
     kt, vt = llama.kv_types(0)
     info["llama_kv_types"] = {"type_k": kt, "type_v": vt}  # ggml_type ids: 1 = f16
     filler = llama.tokenize(open("/usr/share/common-licenses/GPL-3", encoding="utf-8").read())

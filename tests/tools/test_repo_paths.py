@@ -68,8 +68,9 @@ def scanned(path: str) -> bool:
         return False  # this file names what it looks for
     if path.endswith(SCANNED_SUFFIXES):
         return True
-    # Scripts without an extension (scripts/quickstart, bench/peer-llama-cpp, bench/report).
-    return path.startswith(("scripts/", "bench/")) and "." not in os.path.basename(path)
+    # Scripts without an extension (scripts/quickstart, bench/peer-llama-cpp, bench/report,
+    # tools/checkpoint-to-gguf).
+    return path.startswith(("scripts/", "bench/", "tools/")) and "." not in os.path.basename(path)
 
 
 PLACEHOLDERS = {"OUT", "DIR", "NAME", "FILE", "MODEL", "PATH"}
