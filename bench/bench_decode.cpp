@@ -142,6 +142,72 @@ KvRing<T>& ring(std::int64_t n) {
   return *current;
 }
 
+/// KvRing's copies stored in q8_0 (amc/q8_kv.hpp): the same random values (from the same pool
+/// and formula) quantized per 32 channels, read through Q8KvView, with mean-key summaries of the
+/// stored values. [copies, positions, head_dim] quants and [copies, positions, head_dim / 32]
+/// scales per side.
+struct Q8Ring {
+  std::int64_t positions = 0;
+  std::int64_t copies = 0;
+  std::unique_ptr<HugeBuffer<std::int8_t>> key_quants, value_quants;
+  std::unique_ptr<HugeBuffer<f16>> key_scales, value_scales;
+  std::vector<BlockSummaries> summaries;
+  std::int64_t next = 0;
+
+  static constexpr std::int64_t kScales = kHeadDim / kQ8Block;  // per row
+  /// Bytes of one key row and one value row: quants and scales.
+  static constexpr std::int64_t kRowBytes =
+      2 * (kHeadDim + kScales * static_cast<std::int64_t>(sizeof(f16)));
+
+  explicit Q8Ring(std::int64_t n) : positions(n) {
+    copies = std::max<std::int64_t>(2, kRingBytes / (n * kRowBytes));
+    const auto rows = static_cast<std::size_t>(copies * n);
+    key_quants = std::make_unique<HugeBuffer<std::int8_t>>(rows * kHeadDim);
+    value_quants = std::make_unique<HugeBuffer<std::int8_t>>(rows * kHeadDim);
+    key_scales = std::make_unique<HugeBuffer<f16>>(rows * kScales);
+    value_scales = std::make_unique<HugeBuffer<f16>>(rows * kScales);
+    std::mt19937 rng(static_cast<unsigned>(n));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> pool(1 << 16);
+    for (float& x : pool) x = normal(rng);
+    std::vector<float> key(kHeadDim), value(kHeadDim);
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t c = 0; c < kHeadDim; ++c) {
+        const std::size_t i = r * kHeadDim + c;
+        key[c] = pool[(i * 7 + i / 65521) & 0xFFFF];
+        value[c] = pool[(i * 13 + 5 + i / 65519) & 0xFFFF];
+      }
+      quantize_q8_0_row(key, key_quants->data() + r * kHeadDim, key_scales->data() + r * kScales);
+      quantize_q8_0_row(value, value_quants->data() + r * kHeadDim,
+                        value_scales->data() + r * kScales);
+    }
+    for (std::int64_t c = 0; c < copies; ++c)
+      summaries.push_back(BlockSummaries::build(view(c), 32));
+  }
+
+  Q8KvView view(std::int64_t copy) const {
+    const std::int64_t row = copy * positions;
+    return Q8KvView({key_quants->data() + row * kHeadDim, key_scales->data() + row * kScales,
+                     kHeadDim, kScales},
+                    {value_quants->data() + row * kHeadDim, value_scales->data() + row * kScales,
+                     kHeadDim, kScales},
+                    positions, kHeadDim);
+  }
+  std::int64_t advance() {
+    next = (next + 1) % copies;
+    return next;
+  }
+};
+
+Q8Ring& q8_ring(std::int64_t n) {
+  static std::unique_ptr<Q8Ring> current;
+  if (!current || current->positions != n) {
+    current.reset();
+    current = std::make_unique<Q8Ring>(n);
+  }
+  return *current;
+}
+
 /// Pushes everything out of the shared last-level cache by reading a buffer twice its size, so
 /// the next call finds its data in memory, as a decode step does after the other layers and the
 /// weights have streamed through. The ring alone does this for dense calls, but not for sparse
@@ -228,6 +294,41 @@ void BM_DenseDecode(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * kv.positions * row_bytes<T>());
   state.counters["positions_read"] = static_cast<double>(kv.positions);
+}
+
+/// BM_DenseDecode over a q8_0 cache (Q8KvView): half the bytes of bf16 (136 per position for
+/// a key and a value row against 256), widened to f32 chunk by chunk on the way in.
+void BM_DenseDecodeQ8(benchmark::State& state) {
+  auto& kv = q8_ring(state.range(0));
+  const RowMatrix queries = group_queries();
+  RowMatrix out(kGroupHeads, kHeadDim);
+  std::vector<HeadResult> results(kGroupHeads);
+  DenseDecode dense;
+  for (auto _ : state) {
+    dense.decode(queries, KvHead<Q8KvView>{kv.view(kv.advance()), nullptr}, out, results);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * kv.positions * Q8Ring::kRowBytes);
+  state.counters["positions_read"] = static_cast<double>(kv.positions);
+}
+
+/// BM_SparseDecode over a q8_0 cache (cold, the same selection settings).
+void BM_SparseDecodeQ8(benchmark::State& state) {
+  auto& kv = q8_ring(state.range(0));
+  const RowMatrix queries = group_queries();
+  RowMatrix out(kGroupHeads, kHeadDim);
+  std::vector<HeadResult> results(kGroupHeads);
+  BlockSparseDecode<> sparse(sparse_config());
+  std::int64_t positions = 0;
+  cold_iterations(state, [&] {
+    const std::int64_t c = kv.advance();
+    sparse.decode(queries, KvHead<Q8KvView>{kv.view(c), &kv.summaries[static_cast<std::size_t>(c)]},
+                  out, results);
+    benchmark::DoNotOptimize(out.data());
+    positions += results[0].positions_read;
+  });
+  state.counters["positions_read"] =
+      static_cast<double>(positions) / static_cast<double>(state.iterations());
 }
 
 /// BM_DenseDecode<bf16> in AttentionArithmetic::bf16_products (AVX512_BF16; skipped where the
@@ -642,6 +743,15 @@ void register_contexts(const std::string& suffix) {
           ->Unit(benchmark::kMicrosecond);
     }
     if constexpr (std::is_same_v<T, bf16>) {
+      benchmark::RegisterBenchmark("BM_DenseDecodeQ8", BM_DenseDecodeQ8)
+          ->Arg(n)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark("BM_SparseDecodeQ8", BM_SparseDecodeQ8)
+          ->Arg(n)
+          ->Iterations(kColdIterations)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
       benchmark::RegisterBenchmark("BM_DenseDecodeBf16Products", BM_DenseDecodeBf16Products)
           ->Arg(n)
           ->UseRealTime()

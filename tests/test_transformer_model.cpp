@@ -251,6 +251,94 @@ TEST_CASE("bf16 checkpoints with a bf16 cache match the reference with bf16 keys
   CHECK(worst < 1e-3);
 }
 
+TEST_CASE("a q8_0 KV cache holds ggml's q8_0 of the keys and values, and the model reads them",
+          "[qwen2]") {
+  TempDir dir("naive_q8");
+  write_synthetic_checkpoint(dir.path(), amc::transformer::test::wide_spec(amc::StorageType::f32));
+  const Checkpoint checkpoint = Checkpoint::load(dir.path());
+  const NaiveQwen2 naive(dir.path(), NaiveRope::transformers);
+  const int seed = GENERATE(3, 5, 8);
+  const std::vector<std::int32_t> tokens = prompt_ids(37, naive.vocab(), seed);
+  SessionOptions q8;
+  q8.kv_dtype = amc::StorageType::f32;
+  q8.kv_quantization = KvQuantization::q8_0;
+  SessionOptions f32;
+  f32.kv_dtype = amc::StorageType::f32;
+
+  // Prefill of all but the last 6 tokens, then decode: every position's logits against the
+  // double reference whose keys and values are rounded to q8_0 as ggml defines it.
+  Session session(checkpoint, q8), plain(checkpoint, f32);
+  const std::int64_t vocab = checkpoint.config().vocab_size;
+  const std::size_t head = tokens.size() - 6;
+  std::vector<float> logits(tokens.size() * static_cast<std::size_t>(vocab));
+  session.prefill(std::span(tokens.data(), head), std::span(logits.data(), head * vocab), true);
+  for (std::size_t t = head; t < tokens.size(); ++t)
+    session.decode(tokens[t],
+                   std::span(logits.data() + t * vocab, static_cast<std::size_t>(vocab)));
+  prefill_all(plain, tokens);
+  const auto expected = naive.logits(tokens, NaiveQwen2::KvRounding::q8_0);
+  const auto unrounded = naive.logits(tokens, NaiveQwen2::KvRounding::none);
+  double worst = 0.0, quantization = 0.0;
+  for (std::size_t t = 0; t < tokens.size(); ++t) {
+    worst = std::max(worst, relative_error(logits.data() + t * vocab, expected[t]));
+    quantization = std::max(quantization, relative_error(logits.data() + t * vocab, unrounded[t]));
+  }
+  INFO("seed " << seed << ": against the q8_0 reference " << worst << ", against the unrounded one "
+               << quantization);
+  // The session computes in f32 what the reference computes in double, so a key or value next
+  // to a rounding boundary may quantize to the neighbouring integer in one and not the other
+  // (one step, max|x| / 127 of its block), and later layers inherit the difference. Such flips
+  // are rare; the quantization itself moves every value. So the session must sit much closer
+  // to the reference that rounds as q8_0 than to the one that does not (measured: 1e-6 of the
+  // logit range for a prompt with no flip, 0.04 and 0.12 of that distance for two with some).
+  CHECK(worst < 0.25 * quantization);
+
+  // Layer 0's keys and values depend on the tokens alone: the q8_0 cache holds exactly
+  // quantize_q8_0_row of what the f32 cache holds.
+  const KvCache& cache = session.cache();
+  REQUIRE(cache.quantized());
+  REQUIRE(cache.bytes_per_position() ==
+          static_cast<std::size_t>(2 * cache.layers() * cache.kv_heads() * cache.head_dim()) * 34 /
+              32);
+  const std::int64_t d = cache.head_dim();
+  std::vector<std::int8_t> quants(static_cast<std::size_t>(d));
+  std::vector<amc::f16> scales(static_cast<std::size_t>(d / 32));
+  for (std::int64_t h = 0; h < cache.kv_heads(); ++h) {
+    const amc::Q8KvView stored = cache.q8_view(0, h, cache.positions());
+    const amc::KvView<float> exact = plain.cache().view<float>(0, h, cache.positions());
+    for (std::int64_t p = 0; p < cache.positions(); ++p) {
+      for (const bool key : {true, false}) {
+        const float* row = key ? exact.key(p) : exact.value(p);
+        amc::quantize_q8_0_row(std::span(row, static_cast<std::size_t>(d)), quants.data(),
+                               scales.data());
+        const float* widened = key ? stored.key(p) : stored.value(p);
+        for (std::int64_t c = 0; c < d; ++c)
+          REQUIRE(widened[c] == amc::to_float(scales[static_cast<std::size_t>(c / 32)]) *
+                                    static_cast<float>(quants[static_cast<std::size_t>(c)]));
+      }
+    }
+  }
+  CHECK_THROWS_WITH(cache.view<float>(0, 0, 1),
+                    Catch::Matchers::Contains("the cache stores q8_0, not f32"));
+
+  // Sparse decode over a support that covers every position is dense decode, on q8_0 too.
+  amc::SparseConfig covering;
+  covering.block_size = 16;
+  covering.top_k = 64;
+  SessionOptions sparse = q8;
+  sparse.attention = covering;
+  const Run a = greedy(checkpoint, q8, std::vector(tokens.begin(), tokens.begin() + 20), 8);
+  const Run b = greedy(checkpoint, sparse, std::vector(tokens.begin(), tokens.begin() + 20), 8);
+  CHECK(a.tokens == b.tokens);
+  CHECK(a.logits == b.logits);
+
+  // A q8_0 cache is read as f32, in blocks of 32 channels.
+  SessionOptions bad = q8;
+  bad.kv_dtype = amc::StorageType::bf16;
+  CHECK_THROWS_WITH(Session(checkpoint, bad),
+                    Catch::Matchers::Contains("a q8_0 cache is read as f32"));
+}
+
 TEST_CASE("prefill equals token-by-token decode: logits and KV cache", "[qwen2]") {
   for (const auto kv : {amc::StorageType::f32, amc::StorageType::bf16}) {
     TempDir dir("prefill_decode");

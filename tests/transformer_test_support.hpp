@@ -214,10 +214,33 @@ class NaiveQwen2 {
     return q;
   }
 
+  /// How the reference rounds keys (after RoPE) and values, as a cache of that dtype stores them.
+  enum class KvRounding { none, bf16, q8_0 };
+
   /// Logits [tokens][vocab] of every position. With bf16_kv, keys (after RoPE) and values are
   /// rounded to bf16 as a bf16 cache stores them.
   std::vector<std::vector<double>> logits(const std::vector<std::int32_t>& tokens,
                                           bool bf16_kv) const {
+    return logits(tokens, bf16_kv ? KvRounding::bf16 : KvRounding::none);
+  }
+
+  /// q8_0 as ggml defines it, written out here (not amc's quantize_q8_0_row): per 32 values of
+  /// a head, the f32 value x, d = max|x| / 127 in f32, q = roundf(x * (1 / d)), stored f16(d) * q.
+  static void round_q8_0(std::vector<double>& row) {
+    for (std::size_t b = 0; b < row.size(); b += 32) {
+      float amax = 0.0f;
+      for (std::size_t j = b; j < b + 32; ++j)
+        amax = std::max(amax, std::fabs(static_cast<float>(row[j])));
+      const float d = amax / 127.0f;
+      const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+      const double scale = to_float(to_f16(d));
+      for (std::size_t j = b; j < b + 32; ++j)
+        row[j] = scale * std::roundf(static_cast<float>(row[j]) * inverse);
+    }
+  }
+
+  std::vector<std::vector<double>> logits(const std::vector<std::int32_t>& tokens,
+                                          KvRounding kv_rounding) const {
     const int n = static_cast<int>(tokens.size());
     const int group = heads_ / kv_heads_;
     std::vector<std::vector<double>> x(static_cast<std::size_t>(n));
@@ -232,9 +255,12 @@ class NaiveQwen2 {
         v[t] = linear(p + "self_attn.v_proj", xn, qkv_bias_);
         norm_and_rope(q[t], heads_, p + "self_attn.q_norm.weight", t);
         norm_and_rope(k[t], kv_heads_, p + "self_attn.k_norm.weight", t);
-        if (bf16_kv) {
+        if (kv_rounding == KvRounding::bf16) {
           for (double& e : k[t]) e = to_float(to_bf16(static_cast<float>(e)));
           for (double& e : v[t]) e = to_float(to_bf16(static_cast<float>(e)));
+        } else if (kv_rounding == KvRounding::q8_0) {
+          round_q8_0(k[t]);
+          round_q8_0(v[t]);
         }
       }
       for (int t = 0; t < n; ++t) {

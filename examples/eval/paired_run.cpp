@@ -36,6 +36,7 @@ struct PairedRunner::State {
     s.summaries_for = o.sparse;
     s.threads = o.threads;
     s.kv_dtype = o.kv_dtype;
+    s.kv_quantization = o.kv_quantization;
     s.rope_angles = o.rope_angles;
     s.on_layer = [this](const transformer::LayerAttention& a) {
       if (probe) probe->observe(a, session.cache());

@@ -51,6 +51,7 @@ struct PairedRunOptions {
   /// KV cache dtype and RoPE angles; nullopt: the checkpoint's ("auto",
   /// transformer::SessionOptions).
   std::optional<StorageType> kv_dtype;
+  transformer::KvQuantization kv_quantization = transformer::KvQuantization::none;
   std::optional<transformer::RopeAngles> rope_angles;
   int threads = 1;
   /// Control: "sparse" runs decode with dense attention, so every run must equal the reference.

@@ -133,6 +133,7 @@ PasskeySetup prepare_passkey(const PasskeyOptions& options) {
   const transformer::Config& config = s.checkpoint->config();
   const transformer::SessionOptions resolved = options.session.session_options(*s.checkpoint);
   s.kv_dtype = *resolved.kv_dtype;
+  s.kv_quantization = resolved.kv_quantization;
   s.rope_angles = *resolved.rope_angles;
   for (const std::int64_t c : options.contexts) {
     // The prompt's last token sits at position c - 1 and the last answer token is never fed:
@@ -221,21 +222,23 @@ struct PasskeyRunner::State {
   std::vector<std::int64_t> planted, selections;  // [layers]
 
   State(const transformer::Checkpoint& checkpoint, const transformer::Tokenizer& t,
-        const SparseConfig& b, StorageType kv_dtype, transformer::RopeAngles rope_angles,
-        int threads)
+        const SparseConfig& b, StorageType kv_dtype, transformer::KvQuantization kv_quantization,
+        transformer::RopeAngles rope_angles, int threads)
       : tokenizer(t),
-        session(checkpoint, options(b, kv_dtype, rope_angles, threads)),
+        session(checkpoint, options(b, kv_dtype, kv_quantization, rope_angles, threads)),
         logits(static_cast<std::size_t>(checkpoint.config().vocab_size)),
         layers(checkpoint.config().num_hidden_layers) {}
 
   // The cache keeps block summaries from the prefill on, whatever the attention; set_decode
   // adds what another rule needs.
   transformer::SessionOptions options(const SparseConfig& b, StorageType kv_dtype,
+                                      transformer::KvQuantization kv_quantization,
                                       transformer::RopeAngles rope_angles, int threads) {
     transformer::SessionOptions o;
     o.summaries_for = b;
     o.threads = threads;
     o.kv_dtype = kv_dtype;
+    o.kv_quantization = kv_quantization;
     o.rope_angles = rope_angles;
     o.on_layer = [this](const transformer::LayerAttention& a) {
       if (observing) observe(a);
@@ -271,9 +274,10 @@ struct PasskeyRunner::State {
 
 PasskeyRunner::PasskeyRunner(const transformer::Checkpoint& checkpoint,
                              const transformer::Tokenizer& tokenizer, const SparseConfig& base,
-                             StorageType kv_dtype, transformer::RopeAngles rope_angles, int threads)
-    : state_(std::make_unique<State>(checkpoint, tokenizer, base, kv_dtype, rope_angles, threads)) {
-}
+                             StorageType kv_dtype, transformer::KvQuantization kv_quantization,
+                             transformer::RopeAngles rope_angles, int threads)
+    : state_(std::make_unique<State>(checkpoint, tokenizer, base, kv_dtype, kv_quantization,
+                                     rope_angles, threads)) {}
 
 PasskeyRunner::~PasskeyRunner() = default;
 
@@ -357,7 +361,8 @@ PasskeyResults run_passkey_probe(const PasskeyOptions& options, const PasskeySet
   const std::int64_t layers = setup.checkpoint->config().num_hidden_layers;
   // The cache keeps the first rule's summaries from the prefill on; set_decode adds others'.
   PasskeyRunner runner(*setup.checkpoint, *setup.tokenizer, run_config(options, runs[1]),
-                       setup.kv_dtype, setup.rope_angles, options.session.thread_count());
+                       setup.kv_dtype, setup.kv_quantization, setup.rope_angles,
+                       options.session.thread_count());
 
   // Cells in output order: context, depth (as the cases come), then the runs.
   PasskeyResults results;

@@ -75,6 +75,7 @@ struct PasskeySetup {
   std::unique_ptr<transformer::Tokenizer> tokenizer;
   std::vector<PasskeyDocument> documents;
   StorageType kv_dtype = StorageType::bf16;  ///< "auto" resolved for the checkpoint
+  transformer::KvQuantization kv_quantization = transformer::KvQuantization::none;  ///< q8_0 cache
   transformer::RopeAngles rope_angles = transformer::RopeAngles::transformers;
   /// Ordered by context, trial, depth (contexts and depths ascending): a trial's depths one
   /// after the other.
@@ -113,7 +114,8 @@ class PasskeyRunner {
   /// \param base  the selection settings (block size, sinks, window, scope, ...) the cache
   ///              keeps summaries for; runs set score and top_k
   PasskeyRunner(const transformer::Checkpoint& checkpoint, const transformer::Tokenizer& tokenizer,
-                const SparseConfig& base, StorageType kv_dtype, transformer::RopeAngles rope_angles,
+                const SparseConfig& base, StorageType kv_dtype,
+                transformer::KvQuantization kv_quantization, transformer::RopeAngles rope_angles,
                 int threads);
   ~PasskeyRunner();
 

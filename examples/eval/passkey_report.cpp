@@ -216,7 +216,10 @@ std::string markdown_text(const PasskeyResults& results, const PasskeyOptions& o
       static_cast<long long>(o.sparse.block_size), static_cast<long long>(o.sparse.sinks),
       static_cast<long long>(o.sparse.window),
       o.sparse.scope == SelectionScope::per_group ? "GQA group" : "query head",
-      std::string(to_string(setup.kv_dtype)).c_str(), static_cast<unsigned long long>(o.seed));
+      setup.kv_quantization == transformer::KvQuantization::q8_0
+          ? "q8_0"
+          : std::string(to_string(setup.kv_dtype)).c_str(),
+      static_cast<unsigned long long>(o.seed));
 
   md += "## Accuracy (share of trials answered with the digits)\n\n";
   md += table(results, grid, grid.runs, 2, [](const PasskeyCell& c) { return c.accuracy; });

@@ -158,6 +158,7 @@ int run_sweep(const SweepArguments& a) {
     PairedRunOptions options;
     options.sparse = setup.sparse;
     options.kv_dtype = setup.session.kv_dtype;
+    options.kv_quantization = setup.session.kv_quantization;
     options.rope_angles = setup.session.rope_angles;
     options.threads = setup.session.threads;
     options.dense_control = a.dense_control;

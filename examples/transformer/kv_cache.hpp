@@ -1,11 +1,13 @@
 // The KV cache of a Qwen2 session: per layer and KV head, keys and values [positions, head_dim]
-// in bf16 or f32, exposed to amc's operators as amc::KvView, with amc::BlockSummaries of the
-// keys kept up to date as positions are appended (for block-sparse decode).
+// in bf16, f32 or q8_0 blocks, exposed to amc's operators as amc::KvView (amc::Q8KvView for
+// q8_0), with amc::BlockSummaries of the keys kept up to date as positions are appended (for
+// block-sparse decode).
 #pragma once
 
 #include <amc/aligned.hpp>
 #include <amc/attention/block_summaries.hpp>
 #include <amc/kv_view.hpp>
+#include <amc/q8_kv.hpp>
 #include <amc/storage.hpp>
 
 #include <concepts>
@@ -15,8 +17,14 @@
 
 namespace amc::transformer {
 
+/// How a cache holds its rows: as elements of KvCacheOptions::dtype, or in q8_0 blocks
+/// (amc/q8_kv.hpp: per 32 channels an f16 scale and 32 int8 quants), which the operators read
+/// widened to f32 through amc::Q8KvView (dtype is then f32).
+enum class KvQuantization : std::uint8_t { none, q8_0 };
+
 struct KvCacheOptions {
-  StorageType dtype = StorageType::bf16;  ///< bf16 or f32
+  StorageType dtype = StorageType::bf16;  ///< bf16 or f32 (f32 with q8_0: what the operators read)
+  KvQuantization quantization = KvQuantization::none;
   /// Block size of the summaries; 0 keeps none (dense decoding needs none).
   std::int64_t block_size = 0;
   SummaryOptions summaries;  ///< what the configured rule needs (required_summaries)
@@ -54,6 +62,9 @@ class KvCache {
   /// committed (the current forward pass's).
   template <KvStorage T>
   KvView<T> view(std::int64_t layer, std::int64_t head, std::int64_t positions) const;
+  /// The same for a q8_0 cache (quantization == q8_0): the stored rows, read widened to f32.
+  Q8KvView q8_view(std::int64_t layer, std::int64_t head, std::int64_t positions) const;
+  bool quantized() const { return options_.quantization != KvQuantization::none; }
 
   /// Summaries of one KV head, or nullptr when the cache keeps none.
   const BlockSummaries* summaries(std::int64_t layer, std::int64_t head) const {
@@ -109,8 +120,16 @@ class KvCache {
   KvCacheOptions options_;
   std::int64_t positions_ = 0;
   std::int64_t capacity_ = 0;
-  Buffers<bf16> bf16_;  // only the dtype's buffers are used
+  /// Per KV head, a q8_0 side: quants [capacity, head_dim] and scales [capacity, head_dim / 32].
+  struct Q8Buffers {
+    std::vector<AlignedVector<std::int8_t>> key_quants, value_quants;  // [layers * kv_heads]
+    std::vector<AlignedVector<f16>> key_scales, value_scales;
+  };
+  void write_q8(std::size_t head, const float* key_row, const float* value_row, std::int64_t row);
+
+  Buffers<bf16> bf16_;  // only the dtype's (or the quantization's) buffers are used
   Buffers<float> f32_;
+  Q8Buffers q8_;
   std::vector<BlockSummaries> summaries_;  // [layers * kv_heads] or empty
 };
 

@@ -169,7 +169,11 @@ std::string describe_resolved(const Arguments& a, const amc::transformer::Sessio
   const auto source = [](const std::string& requested) {
     return requested == "auto" ? std::string(" (auto)") : std::string();
   };
-  return "KV cache " + std::string(amc::to_string(*session.options().kv_dtype)) +
+  const amc::transformer::SessionOptions& o = session.options();
+  return "KV cache " +
+         (o.kv_quantization == amc::transformer::KvQuantization::q8_0
+              ? std::string("q8_0")
+              : std::string(amc::to_string(*o.kv_dtype))) +
          source(a.session.kv_dtype) + ", RoPE angles " +
          std::string(amc::transformer::to_string(*session.options().rope_angles)) +
          source(a.session.rope_angles);

@@ -12,6 +12,7 @@
 #include <limits>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include <amc/parallel.hpp>
@@ -124,6 +125,7 @@ struct Session::Impl {
   std::vector<float> dense_attn;                   // [heads, head_dim]
   std::vector<KvHead<KvView<float>>> kv_f32;       // [kv_heads] this layer's KV heads
   std::vector<KvHead<KvView<bf16>>> kv_bf16;
+  std::vector<KvHead<Q8KvView>> kv_q8;
   StepStats stats;
 
   Impl(const Checkpoint& c, SessionOptions o)
@@ -205,6 +207,7 @@ struct Session::Impl {
               "options not resolved");  // Session's constructor resolves them first
     KvCacheOptions c;
     c.dtype = *o.kv_dtype;
+    c.quantization = o.kv_quantization;
     // What a configured rule reads, kept beside what the cache already keeps.
     const auto keep = [&c](const SparseConfig& config, const char* field) {
       config.validate();
@@ -318,14 +321,20 @@ struct Session::Impl {
       }
     });
     cache.write(layer, QKV.data() + q_dim, QKV.data() + q_dim + kv_dim, n, qkv_dim);
-    visit_storage<float, bf16>(cache.options().dtype, [&](auto type) {
-      using S = typename decltype(type)::type;
+    const auto attend = [&]<KvViewLike View>(std::type_identity<View>) {
       if (pass == Pass::decode) {
-        attend_decode<S>(layer, p0 + 1);
+        attend_decode<View>(layer, p0 + 1);
       } else {
-        attend_prefill<S>(layer, p0, n);
+        attend_prefill<View>(layer, p0, n);
       }
-    });
+    };
+    if (cache.quantized()) {
+      attend(std::type_identity<Q8KvView>{});
+    } else {
+      visit_storage<float, bf16>(cache.options().dtype, [&](auto type) {
+        attend(std::type_identity<KvView<typename decltype(type)::type>>{});
+      });
+    }
     project(st.o, 8, A.data(), n, q_dim, optional_data(l.o_bias), T.data(), hidden,
             [&](std::int64_t b, std::int64_t e) { add_to_residual(n, b, e); });
   }
@@ -428,20 +437,33 @@ struct Session::Impl {
 
   // ---- attention -----------------------------------------------------------------------
 
+  /// One KV head of the cache over positions [0, positions), as a View (KvView<float>,
+  /// KvView<bf16>, or Q8KvView for a q8_0 cache).
+  template <KvViewLike View>
+  View view_of(std::int64_t layer, std::int64_t head, std::int64_t positions) const {
+    if constexpr (std::same_as<View, Q8KvView>) {
+      return cache.q8_view(layer, head, positions);
+    } else {
+      return cache.view<typename View::value_type>(layer, head, positions);
+    }
+  }
+
   /// This layer's KV heads over positions [0, positions), as the decode operators take them.
-  template <KvStorage S>
-  std::span<const KvHead<KvView<S>>> kv_heads_of(std::int64_t layer, std::int64_t positions) {
-    std::vector<KvHead<KvView<S>>>& out = [this]() -> auto& {
-      if constexpr (std::same_as<S, float>) {
+  template <KvViewLike View>
+  std::span<const KvHead<View>> kv_heads_of(std::int64_t layer, std::int64_t positions) {
+    std::vector<KvHead<View>>& out = [this]() -> auto& {
+      if constexpr (std::same_as<View, KvView<float>>) {
         return kv_f32;
-      } else {
+      } else if constexpr (std::same_as<View, KvView<bf16>>) {
         return kv_bf16;
+      } else {
+        return kv_q8;
       }
     }
     ();
     out.clear();
     for (std::int64_t g = 0; g < kv_heads; ++g) {
-      out.push_back({cache.view<S>(layer, g, positions), cache.summaries(layer, g)});
+      out.push_back({view_of<View>(layer, g, positions), cache.summaries(layer, g)});
     }
     return out;
   }
@@ -449,9 +471,9 @@ struct Session::Impl {
   /// Attention of the decode step's queries (QKV's first q_dim columns, [heads, head_dim]) over
   /// positions [0, positions) of each KV head, into A: the session's dense or sparse layer,
   /// with retained mass the dense shadow pass beside the sparse one.
-  template <KvStorage S>
+  template <KvViewLike View>
   void attend_decode(std::int64_t layer, std::int64_t positions) {
-    const auto kv = kv_heads_of<S>(layer, positions);
+    const auto kv = kv_heads_of<View>(layer, positions);
     const auto queries = map_rows(static_cast<const float*>(QKV.data()), heads, head_dim, head_dim);
     const auto out = map_rows(A.data(), heads, head_dim, head_dim);
     const bool sparse_step = sparse_layer.has_value();
@@ -502,7 +524,7 @@ struct Session::Impl {
   /// Causal attention of the chunk's queries over the cache (keys [0, p0 + t] for token t),
   /// flash-style per GQA group and block of kQueryRows positions (prefill_attention.hpp): no
   /// [n, n] score matrix, and matrix-product speed.
-  template <KvStorage S>
+  template <KvViewLike View>
   void attend_prefill(std::int64_t layer, std::int64_t p0, std::int64_t n) {
     const std::int64_t blocks = ceil_div(n, kQueryRows);
     pool.parallel_for(blocks * kv_heads, [&](std::int64_t i) {
@@ -518,7 +540,7 @@ struct Session::Impl {
       block.positions = std::min(kQueryRows, n - t0);
       block.group = group;
       block.first_position = p0 + t0;
-      prefill_attention(cache.view<S>(layer, g, p0 + t0 + block.positions), block, attention_scale);
+      prefill_attention(view_of<View>(layer, g, p0 + t0 + block.positions), block, attention_scale);
     });
   }
 };

@@ -100,6 +100,10 @@ struct SessionOptions {
   /// KV cache storage, bf16 or f32; nullopt ("auto") is the checkpoint's: auto_kv_dtype().
   /// Session::options() holds the resolved value.
   std::optional<StorageType> kv_dtype;
+  /// KV cache in q8_0 blocks (amc/q8_kv.hpp), which the operators read widened to f32, so
+  /// kv_dtype must resolve to f32: 34 bytes per 32 values against bf16's 64, each value within
+  /// amc::q8_0_error_bound of the f32 one (the tools' --kv-dtype q8_0).
+  KvQuantization kv_quantization = KvQuantization::none;
   /// RoPE angle convention (rope.hpp); nullopt ("auto") is the one the checkpoint's
   /// config.json names, else transformers': auto_rope_angles(). Session::options() holds the
   /// resolved value.

@@ -18,22 +18,31 @@ namespace {
 /// positions of a Qwen2-0.5B group) stay in L2 between the two GEMMs.
 constexpr std::int64_t kKeyBlock = 256;
 
-/// Rows [first, first + count) of a KV view side (keys or values) as f32 [count, head_dim].
-template <KvStorage T, class Row>
-void load_rows(Row row, std::int64_t first, std::int64_t count, std::int64_t head_dim,
-               std::ptrdiff_t stride, float* out) {
+/// Rows [first, first + count) of a KV view as f32 keys and values [count, head_dim] each, run
+/// by run (a Q8KvView's runs are already widened to f32).
+template <KvViewLike View>
+void load_rows(const View& kv, std::int64_t first, std::int64_t count, float* keys, float* values) {
+  using T = typename View::value_type;
   const auto load = kernels::active().load[kernels::index_of(storage_type_of<T>)];
-  if (stride == head_dim) {
-    load(row(first), out, count * head_dim);  // contiguous rows: one call
-  } else {
-    for (std::int64_t i = 0; i < count; ++i) load(row(first + i), out + i * head_dim, head_dim);
-  }
+  const std::int64_t d = kv.head_dim();
+  const auto side = [&](const T* rows, std::ptrdiff_t stride, std::int64_t n, float* out) {
+    if (stride == d) {
+      load(rows, out, n * d);  // contiguous rows: one call
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) load(rows + i * stride, out + i * d, d);
+    }
+  };
+  kv.for_each_run(first, first + count,
+                  [&](const T* k, const T* v, std::int64_t p, std::int64_t rows) {
+                    side(k, kv.key_stride(), rows, keys + (p - first) * d);
+                    side(v, kv.value_stride(), rows, values + (p - first) * d);
+                  });
 }
 
 }  // namespace
 
-template <KvStorage T>
-void prefill_attention(const KvView<T>& kv, const QueryBlock& block, float scale) {
+template <KvViewLike View>
+void prefill_attention(const View& kv, const QueryBlock& block, float scale) {
   const kernels::KernelTable& k = kernels::active();
   const std::int64_t d = kv.head_dim();
   const std::int64_t rows = block.positions * block.group;  // query rows: (position, head)
@@ -58,10 +67,7 @@ void prefill_attention(const KvView<T>& kv, const QueryBlock& block, float scale
 
   for (std::int64_t j0 = 0; j0 < limit; j0 += kKeyBlock) {
     const std::int64_t count = std::min(kKeyBlock, limit - j0);
-    load_rows<T>([&](std::int64_t p) { return kv.key(p); }, j0, count, d, kv.key_stride(),
-                 keys.data());
-    load_rows<T>([&](std::int64_t p) { return kv.value(p); }, j0, count, d, kv.value_stride(),
-                 values.data());
+    load_rows(kv, j0, count, keys.data(), values.data());
     // S [rows, count] = Q K^T.
     gemm_f32(queries.data(), d, keys.data(), d, scores.data(), count, rows, count, d);
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -87,7 +93,8 @@ void prefill_attention(const KvView<T>& kv, const QueryBlock& block, float scale
   }
 }
 
-template void prefill_attention<bf16>(const KvView<bf16>&, const QueryBlock&, float);
-template void prefill_attention<float>(const KvView<float>&, const QueryBlock&, float);
+template void prefill_attention(const KvView<bf16>&, const QueryBlock&, float);
+template void prefill_attention(const KvView<float>&, const QueryBlock&, float);
+template void prefill_attention(const Q8KvView&, const QueryBlock&, float);
 
 }  // namespace amc::transformer

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <amc/kv_view.hpp>
+#include <amc/q8_kv.hpp>
 
 #include <cstdint>
 
@@ -25,7 +26,8 @@ struct QueryBlock {
 /// out = softmax(scale * q k^T) v over keys [0, p] for each query position p of the block
 /// (keys of positions up to first_position + positions - 1 must be in `kv`). The result depends
 /// only on the block's extent, not on the thread that computes it.
-template <KvStorage T>
-void prefill_attention(const KvView<T>& kv, const QueryBlock& block, float scale);
+/// Instantiated for KvView<float>, KvView<bf16> and Q8KvView.
+template <KvViewLike View>
+void prefill_attention(const View& kv, const QueryBlock& block, float scale);
 
 }  // namespace amc::transformer

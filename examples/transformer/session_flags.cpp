@@ -46,8 +46,8 @@ int parse_threads(const std::string& threads, std::string_view where) {
 
 void SessionFlags::validate(std::string_view where) const {
   parse_threads(threads, where);
-  if (!one_of(kv_dtype, {"auto", "bf16", "f32"})) {
-    refuse(where, "--kv-dtype: expected auto, bf16 or f32, got '", kv_dtype, "'");
+  if (!one_of(kv_dtype, {"auto", "bf16", "f32", "q8_0"})) {
+    refuse(where, "--kv-dtype: expected auto, bf16, f32 or q8_0, got '", kv_dtype, "'");
   }
   if (!one_of(weight_dtype, {"auto", "bf16", "f32", "stored"})) {
     refuse(where, "--weight-dtype: expected auto, bf16, f32 or stored, got '", weight_dtype, "'");
@@ -73,7 +73,13 @@ LoadOptions SessionFlags::load_options() const {
 SessionOptions SessionFlags::session_options(const Checkpoint& checkpoint,
                                              SessionOptions base) const {
   base.threads = thread_count();
-  base.kv_dtype = kv_dtype == "auto" ? auto_kv_dtype(checkpoint) : parse_storage_type(kv_dtype);
+  if (kv_dtype == "q8_0") {  // q8_0 blocks, which the operators read widened to f32
+    base.kv_dtype = StorageType::f32;
+    base.kv_quantization = KvQuantization::q8_0;
+  } else {
+    base.kv_dtype = kv_dtype == "auto" ? auto_kv_dtype(checkpoint) : parse_storage_type(kv_dtype);
+    base.kv_quantization = KvQuantization::none;
+  }
   base.rope_angles = rope_angles == "auto" ? auto_rope_angles(checkpoint.config())
                                            : parse_rope_angles(rope_angles, "--rope-angles");
   base.activations = parse_activations(activations, "--activations");
@@ -85,8 +91,9 @@ void add_session_flags(CLI::App& app, SessionFlags& flags) {
       ->type_name("INT")
       ->default_str("every hardware thread");
   app.add_option("--kv-dtype", flags.kv_dtype,
-                 "KV cache storage; auto: the weights' dtype (bf16 for bf16 weights, else f32)")
-      ->type_name("auto|bf16|f32")
+                 "KV cache storage; auto: the weights' dtype (bf16 for bf16 weights, else f32); "
+                 "q8_0: 8-bit blocks as llama.cpp's q8_0 cache (read widened to f32)")
+      ->type_name("auto|bf16|f32|q8_0")
       ->capture_default_str();
   app.add_option("--weight-dtype", flags.weight_dtype,
                  "weight matrices in memory; auto: as a safetensors checkpoint stores them, bf16 "

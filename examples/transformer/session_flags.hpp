@@ -20,7 +20,7 @@ namespace amc::transformer {
 /// flag and the value the same way).
 struct SessionFlags {
   std::string threads;            ///< "" (not given): every hardware thread
-  std::string kv_dtype = "auto";  ///< auto|bf16|f32; auto: auto_kv_dtype(), the weights'
+  std::string kv_dtype = "auto";  ///< auto|bf16|f32|q8_0; auto: auto_kv_dtype(), the weights'
   /// auto|bf16|f32|stored; auto: as stored, bf16 for GGUF; stored: GGUF blocks kept
   std::string weight_dtype = "auto";
   std::string rope_angles = "auto";  ///< auto|transformers|exact; auto: auto_rope_angles()
@@ -50,7 +50,9 @@ void add_session_flags(CLI::App& app, SessionFlags& flags);
 template <class Json>
 void record_session(Json& out, const SessionFlags& flags, const SessionOptions& resolved,
                     const Checkpoint& checkpoint) {
-  out["kv_dtype"] = std::string(to_string(resolved.kv_dtype.value()));
+  out["kv_dtype"] = resolved.kv_quantization == KvQuantization::q8_0
+                        ? std::string("q8_0")
+                        : std::string(to_string(resolved.kv_dtype.value()));
   out["kv_dtype_requested"] = flags.kv_dtype;
   out["rope_angles"] = std::string(to_string(resolved.rope_angles.value()));
   out["rope_angles_requested"] = flags.rope_angles;

@@ -269,7 +269,7 @@ def main():
         check_refusal(plain + ["--threads", "0"],
                       ["amc-eval: --threads: must be an integer in [1, 1024], got 0"])
         check_refusal(plain + ["--kv-dtype", "f16"],
-                      ["amc-eval: --kv-dtype: expected auto, bf16 or f32, got 'f16'"])
+                      ["amc-eval: --kv-dtype: expected auto, bf16, f32 or q8_0, got 'f16'"])
         check(not os.path.exists(os.path.join(tmp, "refused")), "a refused sweep created its --out")
         # Every selection setting the sweep takes is recorded, those that are unset as null.
         for flag, value, key, shown in (("--top-p", "0.9", "top_p", "0.9"),

@@ -410,7 +410,8 @@ TEST_CASE(
   base.window = 16;
   base.top_k = 1;
   PasskeyRunner runner(checkpoint, tiny_tokenizer(), base, amc::StorageType::bf16,
-                       amc::transformer::RopeAngles::exact, 2);
+                       amc::transformer::KvQuantization::none, amc::transformer::RopeAngles::exact,
+                       2);
 
   // Record near the end: inside a window of 128, whatever is selected.
   const PasskeyPrompt late = make_passkey_prompt(tiny_tokenizer(), document, 0, 256, 0.8, digits);
