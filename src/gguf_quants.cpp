@@ -161,7 +161,9 @@ bool cpu_has_extension([[maybe_unused]] const DequantTable& table) {
     return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
   }
 #endif
-#if defined(__aarch64__) && defined(__linux__)
+#if defined(__ARM_FEATURE_DOTPROD)
+  if (table.extension == "dotprod") return true;  // the whole build requires it already
+#elif defined(__aarch64__) && defined(__linux__)
   // Linux's hardware capability bit for the dot product (SDOT/UDOT): optional in Armv8.2
   // and 8.3, required from Armv8.4.
   if (table.extension == "dotprod") return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;

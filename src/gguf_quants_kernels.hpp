@@ -1196,12 +1196,25 @@ float q8_dot_neon(const Q8Activations& x, const std::byte* in, std::size_t block
 }
 
 /// With the Armv8.2 dot product (SDOT: four products summed into each 32-bit lane in one
-/// instruction); compiled for it here, chosen at run time only where the CPU has it. The target
-/// names Armv8.2 too: arm_neon.h declares vdotq_s32 for "armv8.2-a+dotprod", and GCC 12
-/// inlines it only into functions whose target includes that ("+dotprod" alone fails to
-/// compile). A CPU with the dot product implements Armv8.2 or later (the extension is optional
-/// in 8.2 and 8.3), so nothing else this target allows can reach a CPU without it.
+/// instruction); compiled for it here, chosen at run time only where the CPU has it. GCC: the
+/// target names Armv8.2 too, since arm_neon.h declares vdotq_s32 for "armv8.2-a+dotprod" and
+/// GCC 12 inlines it only into functions whose target includes that ("+dotprod" alone fails
+/// to compile); a CPU with the dot product implements Armv8.2 or later (the extension is
+/// optional in 8.2 and 8.3), so nothing else the target allows can reach a CPU without it.
+/// Where the whole build already targets the dot product (__ARM_FEATURE_DOTPROD, e.g. Apple's
+/// arm64), no attribute is needed. clang before 16 declares vdotq_s32 only then, so other clang
+/// builds have no dot-product kernels and run the baseline ones.
+#if defined(__ARM_FEATURE_DOTPROD)
+#define AMC_DOTPROD_KERNELS 1
+#define AMC_DOTPROD_TARGET
+#elif defined(__GNUC__) && !defined(__clang__)
+#define AMC_DOTPROD_KERNELS 1
 #define AMC_DOTPROD_TARGET __attribute__((target("arch=armv8.2-a+dotprod")))
+#else
+#define AMC_DOTPROD_KERNELS 0
+#endif
+
+#if AMC_DOTPROD_KERNELS
 struct DotSdot {
   AMC_DOTPROD_TARGET int32x4_t operator()(int8x16_t w0, int8x16_t w1, int8x16_t x0,
                                           int8x16_t x1) const {
@@ -1215,6 +1228,7 @@ AMC_DOTPROD_TARGET float q8_dot_dotprod(const Q8Activations& x, const std::byte*
   return q8_dot_neon_loop<K>(x, in, blocks, DotSdot{});
 }
 #undef AMC_DOTPROD_TARGET
+#endif  // AMC_DOTPROD_KERNELS
 #endif  // AMC_DEQUANT_NEON_KERNELS
 
 /// Pick<K>::kernel for the three types with 8-bit activation kernels, null for the others.
@@ -1250,7 +1264,7 @@ template <Kind K>
 struct Q8Extension {
 #if defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__) && defined(__GNUC__)
   static constexpr Q8Kernel kernel = q8_dot_vnni<K>;
-#elif AMC_DEQUANT_NEON_KERNELS
+#elif AMC_DEQUANT_NEON_KERNELS && AMC_DOTPROD_KERNELS
   static constexpr Q8Kernel kernel = q8_dot_dotprod<K>;
 #else
   static constexpr Q8Kernel kernel = nullptr;
@@ -1259,7 +1273,7 @@ struct Q8Extension {
 
 #if defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__) && defined(__GNUC__)
 constexpr std::string_view q8_extension = "avx512vnni";
-#elif AMC_DEQUANT_NEON_KERNELS
+#elif AMC_DEQUANT_NEON_KERNELS && AMC_DOTPROD_KERNELS
 constexpr std::string_view q8_extension = "dotprod";
 #else
 constexpr std::string_view q8_extension = {};

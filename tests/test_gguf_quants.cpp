@@ -700,10 +700,13 @@ TEST_CASE("dequant tables: one per instruction set of the operators, each comple
   }
 #if defined(__aarch64__)
   if (const DequantTable* neon = table_named("neon")) {
-    CHECK(neon->extension == "dotprod");
+#if defined(__GNUC__) && !defined(__clang__)
+    CHECK(neon->extension == "dotprod");  // clang before 16 may build none
+#endif
 #if defined(__linux__)
-    // Independently of the library's check: the kernel's hardware capability bits.
-    CHECK(amc::dequant::cpu_has_extension(*neon) == ((getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0));
+    // Independently of the library's check: Linux's hardware capability bits.
+    const bool dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    CHECK(amc::dequant::cpu_has_extension(*neon) == (dotprod && neon->extension == "dotprod"));
 #endif
   }
 #endif
