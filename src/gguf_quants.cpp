@@ -2,11 +2,15 @@
 // in gguf_quants_kernels.hpp, compiled once per instruction set.
 #include "amc/io/gguf_quants.hpp"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 
 #include "amc/error.hpp"
 #include "amc/kernels/kernel_table.hpp"
@@ -45,25 +49,13 @@ std::optional<dequant::Kind> kind_of(GgmlType type) {
 }
 
 /// The table of the instruction set the operators use (amc::kernels::active(), which honours
-/// AMC_KERNELS); SSE2 and NEON use the baseline build, which the compiler vectorises for them.
+/// AMC_KERNELS); SSE2 uses the baseline build, which the compiler vectorises for it.
 const dequant::DequantTable& choose_table() {
-  [[maybe_unused]] const std::string_view active = kernels::active().name;
-#if AMC_KERNELS_AVX512
-  if (active == "avx512") return dequant::dequant_avx512_table();
-#endif
-#if AMC_KERNELS_AVX2
-  if (active == "avx2" || active == "avx512") return dequant::dequant_avx2_table();
-#endif
+  const std::string_view active = kernels::active().name;
+  for (const dequant::DequantTable* table : dequant::available_tables()) {
+    if (table->name == active) return *table;
+  }
   return dequant::dequant_scalar_table();
-}
-
-/// AVX-512 VNNI with 256-bit vectors (AVX512VL), which the avx512 table's Q8 kernels use.
-bool cpu_has_vnni() {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-  return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
-#else
-  return false;
-#endif
 }
 
 const dequant::DequantTable& table() {
@@ -116,28 +108,8 @@ void quantize_activations(std::span<const float> x, Q8Activations& out) {
   out.q.resize(x.size());
   out.scale.resize(blocks);
   out.sum.resize(blocks);
-  for (std::size_t b = 0; b < blocks; ++b) {
-    const float* v = x.data() + 32 * b;
-    float largest = 0.0f;
-    bool finite = true;
-    for (int j = 0; j < 32; ++j) {
-      largest = std::max(largest, std::abs(v[j]));
-      finite = finite && std::isfinite(v[j]);
-    }
-    // A NaN or infinite activation has no 8-bit value: the block keeps zero quants and a NaN
-    // scale, so every product with it is NaN, as the f32 products would be (not a number
-    // that looks valid, and no float-to-integer conversion out of range).
-    const float d = finite ? largest / 127.0f : std::numeric_limits<float>::quiet_NaN();
-    const float inverse = finite && d != 0.0f ? 1.0f / d : 0.0f;
-    std::int32_t sum = 0;
-    for (int j = 0; j < 32; ++j) {
-      const auto q = static_cast<std::int8_t>(finite ? std::round(v[j] * inverse) : 0.0f);
-      out.q[32 * b + static_cast<std::size_t>(j)] = q;
-      sum += q;
-    }
-    out.scale[b] = d;
-    out.sum[b] = sum;
-  }
+  if (blocks == 0) return;
+  table().quantize(x.data(), blocks, out.q.data(), out.scale.data(), out.sum.data());
 }
 
 Q8DotKernel q8_dot_kernel(GgmlType type) {
@@ -145,8 +117,10 @@ Q8DotKernel q8_dot_kernel(GgmlType type) {
   AMC_CHECK(type == GgmlType::Q8_0 || type == GgmlType::Q4_0 || type == GgmlType::Q4_1, where,
             "type ", to_string(type), " has no 8-bit activation kernel (Q8_0, Q4_0, Q4_1 have)");
   const auto kind = static_cast<std::size_t>(*kind_of(type));
-  static const bool vnni = cpu_has_vnni();
-  if (vnni && table().q8_dot_vnni[kind] != nullptr) return table().q8_dot_vnni[kind];
+  static const bool extension = dequant::cpu_has_extension(table());
+  if (extension && table().q8_dot_extension[kind] != nullptr) {
+    return table().q8_dot_extension[kind];
+  }
   return table().q8_dot[kind];
 }
 
@@ -164,4 +138,38 @@ void dequantize(GgmlType type, std::span<const std::byte> blocks, std::span<bf16
   table().to_bf16[kind](blocks.data(), out.data(), count);
 }
 
+namespace dequant {
+
+std::vector<const DequantTable*> available_tables() {
+  std::vector<const DequantTable*> tables{&dequant_scalar_table()};
+#if AMC_KERNELS_AVX2
+  if (kernels::find("avx2") != nullptr) tables.push_back(&dequant_avx2_table());
+#endif
+#if AMC_KERNELS_AVX512
+  if (kernels::find("avx512") != nullptr) tables.push_back(&dequant_avx512_table());
+#endif
+#if AMC_KERNELS_NEON
+  if (kernels::find("neon") != nullptr) tables.push_back(&dequant_neon_table());
+#endif
+  return tables;
+}
+
+bool cpu_has_extension([[maybe_unused]] const DequantTable& table) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  // VNNI with 256-bit vectors (AVX512VL), which the avx512 table's Q8 kernels use.
+  if (table.extension == "avx512vnni") {
+    return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+  }
+#endif
+#if defined(__ARM_FEATURE_DOTPROD)
+  if (table.extension == "dotprod") return true;  // the whole build requires it already
+#elif defined(__aarch64__) && defined(__linux__)
+  // Linux's hardware capability bit for the dot product (SDOT/UDOT): optional in Armv8.2
+  // and 8.3, required from Armv8.4.
+  if (table.extension == "dotprod") return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#endif
+  return false;
+}
+
+}  // namespace dequant
 }  // namespace amc

@@ -1,5 +1,6 @@
 // The dequantization loops, included once by each per-instruction-set translation unit
-// (gguf_quants_scalar.cpp, _avx2.cpp, _avx512.cpp) and compiled there with that set's flags.
+// (gguf_quants_scalar.cpp, _avx2.cpp, _avx512.cpp, _neon.cpp) and compiled there with that set's
+// flags.
 // Everything here has internal linkage (an anonymous namespace), so the copies built with
 // different flags never meet at link time.
 //
@@ -16,15 +17,27 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
+#endif
+
+// The NEON kernels, in the neon translation unit only: Advanced SIMD is baseline on AArch64, so
+// the scalar one is compiled with the same flags and must not get them (AMC_DEQUANT_NEON is
+// defined by gguf_quants_neon.cpp).
+#if defined(AMC_DEQUANT_NEON) && defined(__aarch64__) && defined(__ARM_NEON)
+#define AMC_DEQUANT_NEON_KERNELS 1
+#include <arm_neon.h>
+#else
+#define AMC_DEQUANT_NEON_KERNELS 0
 #endif
 
 #include "gguf_quants_registry.hpp"
@@ -730,6 +743,110 @@ float q4_1_dot_avx512(const float* x, const std::byte* in, std::size_t blocks) {
 }
 #endif  // __AVX512F__ && __AVX512BW__ && __F16C__
 
+#if AMC_DEQUANT_NEON_KERNELS
+// --- Dot products with f32 activations, NEON -------------------------------------------------
+// As the AVX2 ones with 4-float vectors: a block of 32 decoded in registers into eight vectors
+// (each value exact, as the dequantization's), multiplied with x and summed in eight
+// accumulators (element i of a block into accumulator i / 4, lane i % 4), added pairwise at
+// the end: each lane sums one product per block, then 3 + 2 additions, as the AVX2 order.
+
+/// An f16 scale as f32 through the hardware conversion (FCVT: exact, as half_to_float).
+inline float scale_f16(const u8* p) {
+  __fp16 h;
+  std::memcpy(&h, p, sizeof h);
+  return static_cast<float>(h);
+}
+
+/// A block of 32 as eight 4-float vectors (elements 0-3, 4-7, ..., 28-31).
+struct Block32x4 {
+  float32x4_t w[8];
+};
+
+/// The 16 quants of q (signed or unsigned bytes) as four f32 vectors, each through `finish`
+/// (the scale, and Q4_1's offset): elements 0-3, 4-7, 8-11, 12-15 into w[0..4).
+template <class Finish>
+inline void widen16(int8x16_t q, float32x4_t* w, const Finish& finish) {
+  const int16x8_t low = vmovl_s8(vget_low_s8(q)), high = vmovl_high_s8(q);
+  w[0] = finish(vcvtq_f32_s32(vmovl_s16(vget_low_s16(low))));
+  w[1] = finish(vcvtq_f32_s32(vmovl_high_s16(low)));
+  w[2] = finish(vcvtq_f32_s32(vmovl_s16(vget_low_s16(high))));
+  w[3] = finish(vcvtq_f32_s32(vmovl_high_s16(high)));
+}
+
+template <class Finish>
+inline void widen16(uint8x16_t q, float32x4_t* w, const Finish& finish) {
+  const uint16x8_t low = vmovl_u8(vget_low_u8(q)), high = vmovl_high_u8(q);
+  w[0] = finish(vcvtq_f32_u32(vmovl_u16(vget_low_u16(low))));
+  w[1] = finish(vcvtq_f32_u32(vmovl_high_u16(low)));
+  w[2] = finish(vcvtq_f32_u32(vmovl_u16(vget_low_u16(high))));
+  w[3] = finish(vcvtq_f32_u32(vmovl_high_u16(high)));
+}
+
+/// The 32 nibbles of a Q4 block's 16 bytes: elements 0-15 (low nibbles) and 16-31 (high).
+inline uint8x16_t low_nibbles(uint8x16_t raw) { return vandq_u8(raw, vdupq_n_u8(0x0F)); }
+inline uint8x16_t high_nibbles(uint8x16_t raw) { return vshrq_n_u8(raw, 4); }
+
+/// The block's 32 quants (two vectors of 16, signed or unsigned) times d; block_fma adds m.
+template <class Bytes16>
+inline Block32x4 block_times(Bytes16 q0, Bytes16 q1, float d) {
+  const float32x4_t dv = vdupq_n_f32(d);
+  const auto times = [&](float32x4_t q) { return vmulq_f32(q, dv); };
+  Block32x4 block;
+  widen16(q0, block.w, times);
+  widen16(q1, block.w + 4, times);
+  return block;
+}
+
+inline Block32x4 block_fma(uint8x16_t q0, uint8x16_t q1, float d, float m) {
+  const float32x4_t dv = vdupq_n_f32(d), mv = vdupq_n_f32(m);
+  // q * d is exact, so the fused form rounds once, as q * d + m does.
+  const auto fma = [&](float32x4_t q) { return vfmaq_f32(mv, q, dv); };
+  Block32x4 block;
+  widen16(q0, block.w, fma);
+  widen16(q1, block.w + 4, fma);
+  return block;
+}
+
+template <std::size_t Bytes, class Decode>
+inline float dot32_neon(const float* __restrict x, const std::byte* in_bytes, std::size_t blocks,
+                        const Decode& decode) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  float32x4_t acc[8];
+  for (float32x4_t& a : acc) a = vdupq_n_f32(0.0f);
+  for (std::size_t b = 0; b < blocks; ++b, in += Bytes, x += 32) {
+    const Block32x4 w = decode(in);
+    for (int k = 0; k < 8; ++k) acc[k] = vfmaq_f32(acc[k], w.w[k], vld1q_f32(x + 4 * k));
+  }
+  const float32x4_t low = vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]));
+  const float32x4_t high = vaddq_f32(vaddq_f32(acc[4], acc[5]), vaddq_f32(acc[6], acc[7]));
+  return vaddvq_f32(vaddq_f32(low, high));
+}
+
+float q8_0_dot_neon(const float* x, const std::byte* in, std::size_t blocks) {
+  return dot32_neon<34>(x, in, blocks, [](const u8* block) {
+    return block_times(vld1q_s8(reinterpret_cast<const std::int8_t*>(block + 2)),
+                       vld1q_s8(reinterpret_cast<const std::int8_t*>(block + 18)),
+                       scale_f16(block));
+  });
+}
+
+float q4_0_dot_neon(const float* x, const std::byte* in, std::size_t blocks) {
+  return dot32_neon<18>(x, in, blocks, [](const u8* block) {
+    const uint8x16_t raw = vld1q_u8(block + 2);
+    const int8x16_t eight = vdupq_n_s8(8);
+    return block_times(vsubq_s8(vreinterpretq_s8_u8(low_nibbles(raw)), eight),
+                       vsubq_s8(vreinterpretq_s8_u8(high_nibbles(raw)), eight), scale_f16(block));
+  });
+}
+
+float q4_1_dot_neon(const float* x, const std::byte* in, std::size_t blocks) {
+  return dot32_neon<20>(x, in, blocks, [](const u8* block) {
+    const uint8x16_t raw = vld1q_u8(block + 4);
+    return block_fma(low_nibbles(raw), high_nibbles(raw), scale_f16(block), scale_f16(block + 2));
+  });
+}
+#endif  // AMC_DEQUANT_NEON_KERNELS
+
 template <class Out>
 using Kernel = void (*)(const std::byte*, Out*, std::size_t);
 
@@ -846,8 +963,9 @@ constexpr std::size_t block_bytes(Kind kind) {
 // Per block the exact integer sum of the weight's quants times the activations' quants, then
 // the scales in f32. Q8_0: d_w d_x S. Q4_0 (quants q - 8): d_w d_x (S - 8 sum_x). Q4_1 (q d + m):
 // d_w d_x S + m d_x sum_x. The plain loops sum the blocks' terms in 8 lanes (block b into lane
-// b % 8), added pairwise; the SIMD kernels below keep the block's 8 partial integer sums apart
-// and scale each (one vector FMA per block, four accumulators), the offset terms summed apart.
+// b % 8), added pairwise; the x86 kernels below keep the block's 8 partial integer sums apart
+// and scale each (one vector FMA per block, four accumulators), the offset terms summed apart;
+// the NEON ones form S as the plain loops do, four blocks to a vector.
 
 template <Kind K>
 float q8_dot_generic(const Q8Activations& x, const std::byte* in_bytes, std::size_t blocks) {
@@ -981,47 +1099,189 @@ __attribute__((target("avx512vl,avx512vnni"))) float q8_dot_vnni(const Q8Activat
 }
 #endif
 
-constexpr Q8Kernel q8_dot_for(Kind kind) {
-  switch (kind) {
-#if defined(__AVX2__) && defined(__FMA__)
-    case Kind::Q8_0:
-      return q8_dot_avx2<Kind::Q8_0>;
-    case Kind::Q4_0:
-      return q8_dot_avx2<Kind::Q4_0>;
-    case Kind::Q4_1:
-      return q8_dot_avx2<Kind::Q4_1>;
+#if AMC_DEQUANT_NEON_KERNELS
+/// The Q8 dot products with NEON, four blocks at a time: each block's 32 products summed
+/// exactly in four 32-bit lanes by `dot(w0, w1, x0, x1)` (quants 0-15 and 16-31 of the weight
+/// and of x), the four blocks' lanes added pairwise into one vector of their integer sums S (the
+/// generic kernel's, exactly), Q4_0's -8 sum_x subtracted in integers, then scaled in f32 with
+/// one FMA per four blocks. Block b lands in lane b % 8 of two accumulators, as in the generic
+/// kernel's lanes; the sum over lanes is vaddv's.
+// always_inline: the dot-product kernel inlines this loop into its own target, where the SDOT
+// `dot` can be inlined in turn (as q8_dot_simd for VNNI).
+template <Kind K, class Dot>
+__attribute__((always_inline)) inline int32x4_t q8_block_sums(const u8* block,
+                                                              const std::int8_t* xq,
+                                                              const Dot& dot) {
+  const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
+  if constexpr (K == Kind::Q8_0) {
+    const auto* w = reinterpret_cast<const std::int8_t*>(block + 2);
+    return dot(vld1q_s8(w), vld1q_s8(w + 16), x0, x1);
+  } else {
+    const uint8x16_t raw = vld1q_u8(block + (K == Kind::Q4_0 ? 2 : 4));
+    return dot(vreinterpretq_s8_u8(low_nibbles(raw)), vreinterpretq_s8_u8(high_nibbles(raw)), x0,
+               x1);
+  }
+}
+
+/// Adds the terms of `count` (1-4) consecutive blocks at `in` to acc; dx and sx point at four
+/// readable activation scales and sums (zeros past count).
+template <Kind K, class Dot>
+__attribute__((always_inline)) inline float32x4_t q8_group(float32x4_t acc, const u8* in,
+                                                           const std::int8_t* xq, const float* dx,
+                                                           const std::int32_t* sx,
+                                                           std::size_t count, const Dot& dot) {
+  constexpr std::size_t kBytes = block_bytes(K);
+  int32x4_t partial[4];
+  alignas(8) u16 d16[4] = {}, m16[4] = {};
+  for (std::size_t i = 0; i < 4; ++i) {
+    if (i >= count) {  // a missing block: S = 0 and scale 0 add +0
+      partial[i] = vdupq_n_s32(0);
+      continue;
+    }
+    const u8* block = in + i * kBytes;
+    partial[i] = q8_block_sums<K>(block, xq + 32 * i, dot);
+    d16[i] = load_u16(block);
+    if constexpr (K == Kind::Q4_1) m16[i] = load_u16(block + 2);
+  }
+  int32x4_t sums = vpaddq_s32(vpaddq_s32(partial[0], partial[1]),
+                              vpaddq_s32(partial[2], partial[3]));  // lane i: block i's S
+  const float32x4_t x_scale = vld1q_f32(dx);
+  const float32x4_t scale = vmulq_f32(vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(d16))), x_scale);
+  const int32x4_t x_sum = vld1q_s32(sx);
+  if constexpr (K == Kind::Q4_0) sums = vsubq_s32(sums, vshlq_n_s32(x_sum, 3));
+  acc = vfmaq_f32(acc, vcvtq_f32_s32(sums), scale);
+  if constexpr (K == Kind::Q4_1) {
+    const float32x4_t m = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(m16)));
+    acc = vfmaq_f32(acc, m, vmulq_f32(x_scale, vcvtq_f32_s32(x_sum)));
+  }
+  return acc;
+}
+
+template <Kind K, class Dot>
+__attribute__((always_inline)) inline float q8_dot_neon_loop(const Q8Activations& x,
+                                                             const std::byte* in_bytes,
+                                                             std::size_t blocks, const Dot& dot) {
+  const auto* in = reinterpret_cast<const u8*>(in_bytes);
+  constexpr std::size_t kBytes = block_bytes(K);
+  float32x4_t acc[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+  std::size_t b = 0;
+  for (; b + 4 <= blocks; b += 4) {
+    float32x4_t& a = acc[(b / 4) % 2];
+    a = q8_group<K>(a, in + b * kBytes, x.q.data() + 32 * b, x.scale.data() + b, x.sum.data() + b,
+                    4, dot);
+  }
+  if (b < blocks) {  // the last 1-3 blocks, their scales and sums padded with zeros
+    float dx[4] = {};
+    std::int32_t sx[4] = {};
+    std::copy(x.scale.data() + b, x.scale.data() + blocks, dx);
+    std::copy(x.sum.data() + b, x.sum.data() + blocks, sx);
+    float32x4_t& a = acc[(b / 4) % 2];
+    a = q8_group<K>(a, in + b * kBytes, x.q.data() + 32 * b, dx, sx, blocks - b, dot);
+  }
+  return vaddvq_f32(vaddq_f32(acc[0], acc[1]));
+}
+
+/// Baseline NEON: SMULL into 16-bit products (|w x| <= 128 * 128 fits), SADALP adding their
+/// pairs into the 32-bit lanes.
+inline int32x4_t dot_widening(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1) {
+  int32x4_t sums = vpaddlq_s16(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)));
+  sums = vpadalq_s16(sums, vmull_high_s8(w0, x0));
+  sums = vpadalq_s16(sums, vmull_s8(vget_low_s8(w1), vget_low_s8(x1)));
+  return vpadalq_s16(sums, vmull_high_s8(w1, x1));
+}
+
+template <Kind K>
+float q8_dot_neon(const Q8Activations& x, const std::byte* in, std::size_t blocks) {
+  return q8_dot_neon_loop<K>(x, in, blocks, dot_widening);
+}
+
+/// With the Armv8.2 dot product (SDOT: four products summed into each 32-bit lane in one
+/// instruction); compiled for it here, chosen at run time only where the CPU has it. GCC: the
+/// target names Armv8.2 too, since arm_neon.h declares vdotq_s32 for "armv8.2-a+dotprod" and
+/// GCC 12 inlines it only into functions whose target includes that ("+dotprod" alone fails
+/// to compile); a CPU with the dot product implements Armv8.2 or later (the extension is
+/// optional in 8.2 and 8.3), so nothing else the target allows can reach a CPU without it.
+/// Where the whole build already targets the dot product (__ARM_FEATURE_DOTPROD, e.g. Apple's
+/// arm64), no attribute is needed. clang before 16 declares vdotq_s32 only then, so other clang
+/// builds have no dot-product kernels and run the baseline ones.
+#if defined(__ARM_FEATURE_DOTPROD)
+#define AMC_DOTPROD_KERNELS 1
+#define AMC_DOTPROD_TARGET
+#elif defined(__GNUC__) && !defined(__clang__)
+#define AMC_DOTPROD_KERNELS 1
+#define AMC_DOTPROD_TARGET __attribute__((target("arch=armv8.2-a+dotprod")))
 #else
-    case Kind::Q8_0:
-      return q8_dot_generic<Kind::Q8_0>;
-    case Kind::Q4_0:
-      return q8_dot_generic<Kind::Q4_0>;
-    case Kind::Q4_1:
-      return q8_dot_generic<Kind::Q4_1>;
+#define AMC_DOTPROD_KERNELS 0
 #endif
+
+#if AMC_DOTPROD_KERNELS
+struct DotSdot {
+  AMC_DOTPROD_TARGET int32x4_t operator()(int8x16_t w0, int8x16_t w1, int8x16_t x0,
+                                          int8x16_t x1) const {
+    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, x0), w1, x1);
+  }
+};
+
+template <Kind K>
+AMC_DOTPROD_TARGET float q8_dot_dotprod(const Q8Activations& x, const std::byte* in,
+                                        std::size_t blocks) {
+  return q8_dot_neon_loop<K>(x, in, blocks, DotSdot{});
+}
+#undef AMC_DOTPROD_TARGET
+#endif  // AMC_DOTPROD_KERNELS
+#endif  // AMC_DEQUANT_NEON_KERNELS
+
+/// Pick<K>::kernel for the three types with 8-bit activation kernels, null for the others.
+template <template <Kind> class Pick>
+constexpr Q8Kernel q8_kernel_of(Kind kind) {
+  switch (kind) {
+    case Kind::Q8_0:
+      return Pick<Kind::Q8_0>::kernel;
+    case Kind::Q4_0:
+      return Pick<Kind::Q4_0>::kernel;
+    case Kind::Q4_1:
+      return Pick<Kind::Q4_1>::kernel;
     default:
       return nullptr;
   }
 }
 
-constexpr Q8Kernel q8_dot_vnni_for([[maybe_unused]] Kind kind) {
-#if defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__) && defined(__GNUC__)
-  switch (kind) {
-    case Kind::Q8_0:
-      return q8_dot_vnni<Kind::Q8_0>;
-    case Kind::Q4_0:
-      return q8_dot_vnni<Kind::Q4_0>;
-    case Kind::Q4_1:
-      return q8_dot_vnni<Kind::Q4_1>;
-    default:
-      break;
-  }
+/// The table's baseline Q8 kernel for K: AVX2 maddubs, NEON's widening products, or generic.
+template <Kind K>
+struct Q8Baseline {
+#if defined(__AVX2__) && defined(__FMA__)
+  static constexpr Q8Kernel kernel = q8_dot_avx2<K>;
+#elif AMC_DEQUANT_NEON_KERNELS
+  static constexpr Q8Kernel kernel = q8_dot_neon<K>;
+#else
+  static constexpr Q8Kernel kernel = q8_dot_generic<K>;
 #endif
-  return nullptr;
-}
+};
+
+/// The table's Q8 kernel for K with its integer dot-product extension (AVX-512 VNNI, Armv8.2
+/// SDOT), null where it has none; `q8_extension` names it.
+template <Kind K>
+struct Q8Extension {
+#if defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__) && defined(__GNUC__)
+  static constexpr Q8Kernel kernel = q8_dot_vnni<K>;
+#elif AMC_DEQUANT_NEON_KERNELS && AMC_DOTPROD_KERNELS
+  static constexpr Q8Kernel kernel = q8_dot_dotprod<K>;
+#else
+  static constexpr Q8Kernel kernel = nullptr;
+#endif
+};
+
+#if defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__) && defined(__GNUC__)
+constexpr std::string_view q8_extension = "avx512vnni";
+#elif AMC_DEQUANT_NEON_KERNELS && AMC_DOTPROD_KERNELS
+constexpr std::string_view q8_extension = "dotprod";
+#else
+constexpr std::string_view q8_extension = {};
+#endif
 
 /// The dot product of any type: the table's dequantization into a chunk of 256 values in L1,
 /// then products summed in 32 lanes (element i of the chunk into lane i % 32), added pairwise
-/// at the end. Every table has it; the AVX2 ones replace it where a fused kernel exists.
+/// at the end. Every table has it; the SIMD ones replace it where a fused kernel exists.
 template <Kind K>
 float dot_by_chunks(const float* __restrict x, const std::byte* in, std::size_t blocks) {
   constexpr std::size_t kElements = block_elements(K), kBytes = block_bytes(K);
@@ -1075,9 +1335,218 @@ constexpr DotKernel dot_for(Kind kind) {
     default:
       break;
   }
+#elif AMC_DEQUANT_NEON_KERNELS
+  switch (kind) {
+    case Kind::Q8_0:
+      return q8_0_dot_neon;
+    case Kind::Q4_0:
+      return q4_0_dot_neon;
+    case Kind::Q4_1:
+      return q4_1_dot_neon;
+    default:
+      break;
+  }
 #endif
   return chunk_dots(std::make_index_sequence<kKinds>{})[static_cast<std::size_t>(kind)];
 }
+
+// --- Activations quantized to 8 bits (amc::quantize_activations) ------------------------------
+// Per block of 32: d = max|x| / 127, q = round(x * (1 / d)) with ties away from zero (std::round;
+// the product x * (1 / d), not x / d: the two can round differently), and the sum of the q.
+// Two kinds of block have all quants 0: one holding a NaN or an infinity gets a NaN scale, so
+// that every product with it is NaN (no number that looks valid, and no float-to-integer
+// conversion out of range); one whose 1 / d is not finite (all zeros, or max|x| below 127 *
+// 2^-128, where d is subnormal and 1 / d overflows) gets scale 0: its values are zero to within
+// 4e-37. Elsewhere d has at least 22 significant bits, so |x / d| <= 127.0001 and every q is in
+// [-127, 127]. The SIMD versions compute the same three roundings (d, 1 / d, x * (1 / d), the
+// first two by the shared block_scale) and so give the same bits: the largest magnitude is
+// exact in any order (taken as the maximum of the values' bits with the sign cleared, which
+// orders non-negative floats as integers and puts inf and NaN above every finite one), the
+// rounding to an integer is exact, and so is the integer sum.
+
+/// A block's scale d and the factor its values are multiplied by before rounding; factor 0 for
+/// a block whose quants are all 0.
+struct BlockScale {
+  float d;
+  float inverse;
+};
+
+/// From the largest magnitude's bits (sign cleared): what every version shares.
+inline BlockScale block_scale(u32 largest_bits) {
+  if (largest_bits >= 0x7F800000u) return {std::numeric_limits<float>::quiet_NaN(), 0.0f};
+  const float d = std::bit_cast<float>(largest_bits) / 127.0f;
+  const float inverse = 1.0f / d;
+  if (!std::isfinite(inverse)) return {0.0f, 0.0f};
+  return {d, inverse};
+}
+
+inline u32 magnitude_bits(float x) { return std::bit_cast<u32>(x) & 0x7FFFFFFFu; }
+
+/// The loop every version shares: per block of 32, `largest(x)` gives the bits of the largest
+/// magnitude (sign cleared), and unless the block's quants are all 0, `round(x, inverse, q)`
+/// writes its 32 quants round(x * inverse) and returns their sum.
+template <class Largest, class Round>
+inline void quantize_blocks(const float* x, std::size_t blocks, std::int8_t* q, float* scale,
+                            std::int32_t* sum, const Largest& largest, const Round& round) {
+  for (std::size_t b = 0; b < blocks; ++b, x += 32, q += 32) {
+    const BlockScale s = block_scale(largest(x));
+    scale[b] = s.d;
+    if (s.inverse == 0.0f) {
+      std::fill_n(q, 32, std::int8_t{0});
+      sum[b] = 0;
+    } else {
+      sum[b] = round(x, s.inverse, q);
+    }
+  }
+}
+
+/// The scalar version: the reference the others equal bit for bit.
+[[maybe_unused]] void quantize_generic(const float* x, std::size_t blocks, std::int8_t* q,
+                                       float* scale, std::int32_t* sum) {
+  quantize_blocks(
+      x, blocks, q, scale, sum,
+      [](const float* __restrict v) {
+        u32 largest = 0;
+        for (int j = 0; j < 32; ++j) largest = std::max(largest, magnitude_bits(v[j]));
+        return largest;
+      },
+      [](const float* __restrict v, float inverse, std::int8_t* __restrict out) {
+        std::int32_t total = 0;
+        for (int j = 0; j < 32; ++j) {
+          out[j] = static_cast<std::int8_t>(std::round(v[j] * inverse));
+          total += out[j];
+        }
+        return total;
+      });
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+/// round(y) with ties away from zero, for |y| < 2^31, as int32: truncated, then one step away
+/// from zero where the (exact) remainder is at least a half.
+inline __m256i round_away_epi32(__m256 y) {
+  const __m256i t = _mm256_cvttps_epi32(y);
+  const __m256 rest = _mm256_sub_ps(y, _mm256_cvtepi32_ps(t));
+  const __m256i up = _mm256_castps_si256(_mm256_cmp_ps(rest, _mm256_set1_ps(0.5f), _CMP_GE_OQ));
+  const __m256i down = _mm256_castps_si256(_mm256_cmp_ps(rest, _mm256_set1_ps(-0.5f), _CMP_LE_OQ));
+  return _mm256_add_epi32(_mm256_sub_epi32(t, up), down);  // the masks are -1 where true
+}
+
+inline std::int32_t sum_epi32(__m256i v) {
+  const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i h = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  return _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 1)));
+}
+
+inline u32 max_epu32(__m256i v) {
+  const __m128i s = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i h = _mm_max_epu32(s, _mm_unpackhi_epi64(s, s));
+  return static_cast<u32>(_mm_cvtsi128_si32(_mm_max_epu32(h, _mm_shuffle_epi32(h, 1))));
+}
+
+[[maybe_unused]] void quantize_avx2(const float* x, std::size_t blocks, std::int8_t* q,
+                                    float* scale, std::int32_t* sum) {
+  quantize_blocks(
+      x, blocks, q, scale, sum,
+      [](const float* v) {
+        const __m256i magnitude = _mm256_set1_epi32(0x7FFFFFFF);
+        __m256i largest = _mm256_setzero_si256();
+        for (int k = 0; k < 4; ++k) {
+          const __m256i bits = _mm256_castps_si256(_mm256_loadu_ps(v + 8 * k));
+          largest = _mm256_max_epu32(largest, _mm256_and_si256(bits, magnitude));
+        }
+        return max_epu32(largest);
+      },
+      [](const float* v, float inverse, std::int8_t* out) {
+        __m256i r[4];
+        for (int k = 0; k < 4; ++k) {
+          r[k] =
+              round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + 8 * k), _mm256_set1_ps(inverse)));
+        }
+        // The packs work within 128-bit halves: the 32-bit groups come out as elements 0-3 of
+        // r0, r1, r2, r3, then 4-7 of each; the permute puts them back in element order.
+        const __m256i packed =
+            _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+        const __m256i ordered =
+            _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), ordered);
+        return sum_epi32(
+            _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3])));
+      });
+}
+#endif  // __AVX2__ && __FMA__
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+[[maybe_unused]] void quantize_avx512(const float* x, std::size_t blocks, std::int8_t* q,
+                                      float* scale, std::int32_t* sum) {
+  quantize_blocks(
+      x, blocks, q, scale, sum,
+      [](const float* v) {
+        const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
+        return _mm512_reduce_max_epu32(_mm512_max_epu32(
+            _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(v)), magnitude),
+            _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(v + 16)), magnitude)));
+      },
+      [](const float* v, float inverse, std::int8_t* out) {
+        const __m512i one = _mm512_set1_epi32(1);
+        __m512i total = _mm512_setzero_si512();
+        for (int k = 0; k < 2; ++k) {
+          // round_away_epi32 at 16 lanes: truncated, then one step away from zero where the
+          // exact remainder is at least a half.
+          const __m512 y = _mm512_mul_ps(_mm512_loadu_ps(v + 16 * k), _mm512_set1_ps(inverse));
+          const __m512i t = _mm512_cvttps_epi32(y);
+          const __m512 rest = _mm512_sub_ps(y, _mm512_cvtepi32_ps(t));
+          const __mmask16 up = _mm512_cmp_ps_mask(rest, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+          const __mmask16 down = _mm512_cmp_ps_mask(rest, _mm512_set1_ps(-0.5f), _CMP_LE_OQ);
+          const __m512i r =
+              _mm512_mask_sub_epi32(_mm512_mask_add_epi32(t, up, t, one), down, t, one);
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * k), _mm512_cvtepi32_epi8(r));
+          total = _mm512_add_epi32(total, r);
+        }
+        return _mm512_reduce_add_epi32(total);
+      });
+}
+#endif  // __AVX512F__ && __AVX512BW__
+
+#if AMC_DEQUANT_NEON_KERNELS
+[[maybe_unused]] void quantize_neon(const float* x, std::size_t blocks, std::int8_t* q,
+                                    float* scale, std::int32_t* sum) {
+  quantize_blocks(
+      x, blocks, q, scale, sum,
+      [](const float* v) {
+        uint32x4_t largest = vdupq_n_u32(0);
+        for (int k = 0; k < 8; ++k) {
+          const uint32x4_t bits = vreinterpretq_u32_f32(vld1q_f32(v + 4 * k));
+          largest = vmaxq_u32(largest, vandq_u32(bits, vdupq_n_u32(0x7FFFFFFFu)));
+        }
+        return vmaxvq_u32(largest);
+      },
+      [](const float* v, float inverse, std::int8_t* out) {
+        // FCVTAS rounds to nearest with ties away from zero: std::round's rule in one instruction.
+        int32x4_t r[8];
+        int32x4_t total = vdupq_n_s32(0);
+        for (int k = 0; k < 8; ++k) {
+          r[k] = vcvtaq_s32_f32(vmulq_n_f32(vld1q_f32(v + 4 * k), inverse));
+          total = vaddq_s32(total, r[k]);
+        }
+        for (int k = 0; k < 8; k += 4) {  // every q is in [-127, 127]: the narrowings are exact
+          const int16x8_t low = vcombine_s16(vmovn_s32(r[k]), vmovn_s32(r[k + 1]));
+          const int16x8_t high = vcombine_s16(vmovn_s32(r[k + 2]), vmovn_s32(r[k + 3]));
+          vst1q_s8(out + 4 * k, vcombine_s8(vmovn_s16(low), vmovn_s16(high)));
+        }
+        return vaddvq_s32(total);
+      });
+}
+#endif  // AMC_DEQUANT_NEON_KERNELS
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+constexpr QuantizeKernel quantize_kernel = quantize_avx512;
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr QuantizeKernel quantize_kernel = quantize_avx2;
+#elif AMC_DEQUANT_NEON_KERNELS
+constexpr QuantizeKernel quantize_kernel = quantize_neon;
+#else
+constexpr QuantizeKernel quantize_kernel = quantize_generic;
+#endif
 
 DequantTable make_table(std::string_view name) {
   DequantTable table;
@@ -1086,9 +1555,11 @@ DequantTable make_table(std::string_view name) {
     table.to_f32[k] = kernel_for<float>(static_cast<Kind>(k));
     table.to_bf16[k] = kernel_for<bf16>(static_cast<Kind>(k));
     table.dot[k] = dot_for(static_cast<Kind>(k));
-    table.q8_dot[k] = q8_dot_for(static_cast<Kind>(k));
-    table.q8_dot_vnni[k] = q8_dot_vnni_for(static_cast<Kind>(k));
+    table.q8_dot[k] = q8_kernel_of<Q8Baseline>(static_cast<Kind>(k));
+    table.q8_dot_extension[k] = q8_kernel_of<Q8Extension>(static_cast<Kind>(k));
   }
+  table.extension = q8_extension;
+  table.quantize = quantize_kernel;
   return table;
 }
 

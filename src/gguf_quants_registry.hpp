@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "amc/io/gguf_quants.hpp"
 #include "amc/storage.hpp"
@@ -26,15 +27,23 @@ using Bf16Kernel = void (*)(const std::byte* in, bf16* out, std::size_t blocks);
 using DotKernel = float (*)(const float* x, const std::byte* in, std::size_t blocks);
 /// The same over activations quantized to 8 bits (amc::Q8Activations); Q8_0, Q4_0, Q4_1 only.
 using Q8Kernel = float (*)(const Q8Activations& x, const std::byte* in, std::size_t blocks);
+/// amc::quantize_activations over `blocks` blocks of 32: x and q [blocks, 32], scale and sum
+/// [blocks]. Every table's is bit for bit the scalar one (gguf_quants_kernels.hpp).
+using QuantizeKernel = void (*)(const float* x, std::size_t blocks, std::int8_t* q, float* scale,
+                                std::int32_t* sum);
 
 struct DequantTable {
-  std::string_view name;  ///< "scalar" (the baseline flags), "avx2", "avx512"
+  std::string_view name;  ///< "scalar" (the baseline flags), "avx2", "avx512", "neon"
   F32Kernel to_f32[kKinds] = {};
   Bf16Kernel to_bf16[kKinds] = {};
   DotKernel dot[kKinds] = {};
   Q8Kernel q8_dot[kKinds] = {};  ///< null for the other types
-  /// The Q8 kernels with AVX-512 VNNI, for CPUs that have it (null in other tables).
-  Q8Kernel q8_dot_vnni[kKinds] = {};
+  /// The Q8 kernels with the instruction set's integer dot-product extension, for CPUs that
+  /// have it (cpu_has_extension); null where the table has none. AVX-512 VNNI in the avx512
+  /// table, the Armv8.2 dot product (SDOT) in the neon table.
+  Q8Kernel q8_dot_extension[kKinds] = {};
+  std::string_view extension;  ///< that extension: "avx512vnni", "dotprod", or empty
+  QuantizeKernel quantize = nullptr;
 };
 
 const DequantTable& dequant_scalar_table();
@@ -44,5 +53,15 @@ const DequantTable& dequant_avx2_table();
 #if AMC_KERNELS_AVX512
 const DequantTable& dequant_avx512_table();
 #endif
+#if AMC_KERNELS_NEON
+const DequantTable& dequant_neon_table();
+#endif
+
+/// The tables this build and CPU can run (those whose instruction set amc::kernels::available()
+/// lists; SSE2 has none of its own), scalar first. The tests check each one.
+std::vector<const DequantTable*> available_tables();
+
+/// Whether this CPU runs `table`'s q8_dot_extension kernels (false for a table without any).
+bool cpu_has_extension(const DequantTable& table);
 
 }  // namespace amc::dequant

@@ -4,9 +4,12 @@
 // one rounding to f32 is the only one. Random blocks (random bytes, so the f16 scales include
 // subnormals, infinities and NaNs) and blocks whose scales are set to each extreme; the bf16
 // output against amc::to_bf16 of the f32 output; the size checks. Run once per kernel table
-// (tests/CMakeLists.txt: test_gguf_quants_scalar, _sse2, _avx2).
+// (tests/CMakeLists.txt: test_gguf_quants_scalar, _sse2, _avx2; on aarch64 _no_dotprod). The
+// dot products and the activations' quantization are also checked table by table, each table's
+// kernels called directly (see "Every table's kernels, one by one" below).
 #include "amc/io/gguf_quants.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -15,14 +18,21 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <span>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 
 #include "amc/error.hpp"
 #include "amc/kernels/kernel_table.hpp"
 #include "amc/storage.hpp"
 #include "catch.hpp"
+#include "gguf_quants_registry.hpp"  // src/: every table's kernels, called one by one
 
 namespace {
 
@@ -423,9 +433,11 @@ double plain_reference(GgmlType type, const std::vector<std::uint8_t>& b, std::s
 /// quantized_dot against sum_e x_e w_e in double; the bound of the documented order: each of
 /// 32 lanes sums n / 32 products (plus the final pairwise sums and the product's own
 /// rounding), so |error| <= (n / 32 + 8) u sum |x_e w_e|, u = 2^-24.
+/// `kernel` is a table's kernel called directly; null: the public quantized_dot (active table).
 void check_dot(GgmlType type, std::size_t blocks, std::size_t offset,
                const std::vector<std::uint8_t>& buffer, int elements, int bytes,
-               const std::function<double(std::size_t at, int e)>& value) {
+               const std::function<double(std::size_t at, int e)>& value,
+               amc::dequant::DotKernel kernel = nullptr) {
   const std::size_t n = blocks * static_cast<std::size_t>(elements);
   std::vector<float> x(n);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -442,8 +454,10 @@ void check_dot(GgmlType type, std::size_t blocks, std::size_t offset,
       magnitude += std::abs(p);
     }
   }
-  const float got = amc::quantized_dot(
-      type, x, as_bytes(buffer, offset).first(blocks * static_cast<std::size_t>(bytes)));
+  const std::span<const std::byte> in =
+      as_bytes(buffer, offset).first(blocks * static_cast<std::size_t>(bytes));
+  const float got =
+      kernel != nullptr ? kernel(x.data(), in.data(), blocks) : amc::quantized_dot(type, x, in);
   const double bound = (static_cast<double>(n) / 32.0 + 8.0) * 0x1p-24 * magnitude;
   INFO(amc::to_string(type) << ", " << blocks << " blocks at offset " << offset << ": got " << got
                             << ", exact " << exact << ", bound " << bound);
@@ -558,39 +572,571 @@ TEST_CASE("quantize_activations: ggml's Q8 blocks, by hand", "[gguf_quants]") {
                       AMC_CONTAINS("amc::quantize_activations: x holds 40 values"));
 }
 
+namespace {
+
+/// A Q8 kernel over `blocks` random blocks of `type` and random activations, quantized, against
+/// the products of the dequantized weights and the quantized activations in double: what every
+/// kernel computes exactly in integers and then scales in f32.
+void check_q8_dot(GgmlType type, std::size_t blocks, amc::Q8DotKernel kernel) {
+  const Layout layout = layout_of(type);
+  const std::vector<std::uint8_t> buffer = finite_blocks(type, 0, blocks);
+  std::vector<float> x(blocks * 32);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (float& v : x) v = uniform(rng());
+  amc::Q8Activations q;
+  amc::quantize_activations(x, q);
+  double exact = 0.0, magnitude = 0.0;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    for (int e = 0; e < 32; ++e) {
+      const double p =
+          reference(type, buffer, b * static_cast<std::size_t>(layout.bytes), e) *
+          (static_cast<double>(q.q[32 * b + static_cast<std::size_t>(e)]) * q.scale[b]);
+      exact += p;
+      magnitude += std::abs(p);
+    }
+  }
+  const float got = kernel(q, reinterpret_cast<const std::byte*>(buffer.data()), blocks);
+  // A few f32 roundings per block's term (scales, offset) and the sum over blocks.
+  const double bound = (static_cast<double>(blocks) + 16.0) * 0x1p-24 * magnitude;
+  INFO(amc::to_string(type) << ", " << blocks << " blocks: got " << got << ", exact " << exact
+                            << ", bound " << bound);
+  CHECK(std::abs(static_cast<double>(got) - exact) <= bound);
+}
+
+}  // namespace
+
 TEST_CASE("q8_dot: Q8_0, Q4_0, Q4_1 against the quantized activations' products in double",
           "[gguf_quants]") {
   INFO("kernel table: " << amc::kernels::active().name);
   for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1}) {
-    const Layout layout = layout_of(type);
     for (const std::size_t blocks : {std::size_t{1}, std::size_t{9}, std::size_t{48}}) {
-      const std::vector<std::uint8_t> buffer = finite_blocks(type, 0, blocks);
-      std::vector<float> x(blocks * 32);
-      std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-      for (float& v : x) v = uniform(rng());
-      amc::Q8Activations q;
-      amc::quantize_activations(x, q);
-      // The products of the dequantized weights and the quantized activations, in double:
-      // what every kernel computes exactly in integers and then scales in f32.
-      double exact = 0.0, magnitude = 0.0;
-      for (std::size_t b = 0; b < blocks; ++b) {
-        for (int e = 0; e < 32; ++e) {
-          const double p =
-              reference(type, buffer, b * static_cast<std::size_t>(layout.bytes), e) *
-              (static_cast<double>(q.q[32 * b + static_cast<std::size_t>(e)]) * q.scale[b]);
-          exact += p;
-          magnitude += std::abs(p);
-        }
-      }
-      const float got =
-          amc::q8_dot_kernel(type)(q, reinterpret_cast<const std::byte*>(buffer.data()), blocks);
-      // A few f32 roundings per block's term (scales, offset) and the sum over blocks.
-      const double bound = (static_cast<double>(blocks) + 16.0) * 0x1p-24 * magnitude;
-      INFO(amc::to_string(type) << ", " << blocks << " blocks: got " << got << ", exact " << exact
-                                << ", bound " << bound);
-      CHECK(std::abs(static_cast<double>(got) - exact) <= bound);
+      check_q8_dot(type, blocks, amc::q8_dot_kernel(type));
     }
   }
   REQUIRE_THROWS_WITH(amc::q8_dot_kernel(GgmlType::Q6_K),
                       AMC_CONTAINS("amc::q8_dot_kernel: type Q6_K has no 8-bit activation kernel"));
+}
+
+// --- Every table's kernels, one by one ---------------------------------------------------------
+// The cases above go through the public functions, so they test the table that AMC_KERNELS
+// selects (ctest runs them once per table). The cases below call every table this CPU runs
+// directly, and each table's Q8 kernels both without and with its dot-product extension (AVX-512
+// VNNI, the Armv8.2 dot product), so that a broken baseline kernel cannot hide behind the
+// extension the CPU prefers.
+
+namespace {
+
+using amc::dequant::DequantTable;
+using amc::dequant::Kind;
+
+/// The table index of each type (the library's own map is private to it).
+const std::pair<GgmlType, Kind> table_kinds[] = {
+    {GgmlType::F32, Kind::F32},   {GgmlType::F16, Kind::F16},   {GgmlType::BF16, Kind::BF16},
+    {GgmlType::Q4_0, Kind::Q4_0}, {GgmlType::Q4_1, Kind::Q4_1}, {GgmlType::Q5_0, Kind::Q5_0},
+    {GgmlType::Q5_1, Kind::Q5_1}, {GgmlType::Q8_0, Kind::Q8_0}, {GgmlType::Q4_K, Kind::Q4_K},
+    {GgmlType::Q5_K, Kind::Q5_K}, {GgmlType::Q6_K, Kind::Q6_K}};
+
+std::size_t kind_index(GgmlType type) {
+  for (const auto& [t, kind] : table_kinds) {
+    if (t == type) return static_cast<std::size_t>(kind);
+  }
+  FAIL("no table entry for " << amc::to_string(type));
+  return 0;
+}
+
+const GgmlType q8_types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1};
+
+const DequantTable* table_named(std::string_view name) {
+  for (const DequantTable* table : amc::dequant::available_tables()) {
+    if (table->name == name) return table;
+  }
+  return nullptr;
+}
+
+/// One set of Q8 kernels to test: a table's baseline ones ("neon") or its extension's
+/// ("neon+dotprod"), the latter only where the CPU has the extension.
+struct Q8Variant {
+  std::string name;
+  const amc::dequant::Q8Kernel* kernels;
+  amc::dequant::Q8Kernel of(GgmlType type) const { return kernels[kind_index(type)]; }
+};
+
+std::vector<Q8Variant> q8_variants() {
+  std::vector<Q8Variant> variants;
+  for (const DequantTable* table : amc::dequant::available_tables()) {
+    variants.push_back({std::string(table->name), table->q8_dot});
+    if (amc::dequant::cpu_has_extension(*table)) {
+      variants.push_back({std::string(table->name) + "+" + std::string(table->extension),
+                          table->q8_dot_extension});
+    }
+  }
+  return variants;
+}
+
+}  // namespace
+
+TEST_CASE("dequant tables: one per instruction set of the operators, each complete",
+          "[gguf_quants]") {
+  const std::vector<const DequantTable*> tables = amc::dequant::available_tables();
+  REQUIRE(!tables.empty());
+  CHECK(tables.front()->name == "scalar");
+  for (const amc::kernels::KernelTable* kernels : amc::kernels::available()) {
+    if (kernels->name == "sse2") continue;  // none of its own: the baseline build serves it
+    INFO("operators' table " << kernels->name);
+    CHECK(table_named(kernels->name) != nullptr);
+  }
+  for (const DequantTable* table : tables) {
+    INFO(table->name);
+    CHECK(table->quantize != nullptr);
+    for (std::size_t k = 0; k < amc::dequant::kKinds; ++k) {
+      CHECK(table->to_f32[k] != nullptr);
+      CHECK(table->to_bf16[k] != nullptr);
+      CHECK(table->dot[k] != nullptr);
+    }
+    for (const GgmlType type : q8_types) {
+      CHECK(table->q8_dot[kind_index(type)] != nullptr);
+      CHECK((table->q8_dot_extension[kind_index(type)] != nullptr) == !table->extension.empty());
+    }
+  }
+#if defined(__aarch64__)
+  if (const DequantTable* neon = table_named("neon")) {
+#if defined(__GNUC__) && !defined(__clang__)
+    CHECK(neon->extension == "dotprod");  // clang before 16 may build none
+#endif
+#if defined(__linux__)
+    // Independently of the library's check: Linux's hardware capability bits.
+    const bool dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    CHECK(amc::dequant::cpu_has_extension(*neon) == (dotprod && neon->extension == "dotprod"));
+#endif
+  }
+#endif
+#if defined(__GNUC__) && defined(__x86_64__)
+  if (const DequantTable* avx512 = table_named("avx512")) {
+    CHECK(avx512->extension == "avx512vnni");
+    CHECK(amc::dequant::cpu_has_extension(*avx512) ==
+          (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")));
+  }
+#endif
+}
+
+TEST_CASE("q8_dot_kernel: the active table's kernel, with its extension where the CPU has it",
+          "[gguf_quants]") {
+  const std::string_view name = amc::kernels::active().name;
+  const DequantTable* active = table_named(name == "sse2" ? "scalar" : name);
+  REQUIRE(active != nullptr);
+  const bool extension = amc::dequant::cpu_has_extension(*active);
+  INFO("table " << active->name << (extension ? " with " : " without ") << "its extension");
+  for (const GgmlType type : q8_types) {
+    const std::size_t k = kind_index(type);
+    CHECK(amc::q8_dot_kernel(type) ==
+          (extension ? active->q8_dot_extension[k] : active->q8_dot[k]));
+  }
+}
+
+TEST_CASE("quantized_dot: every table's kernels against the products in double, within the bound",
+          "[gguf_quants]") {
+  for (const DequantTable* table : amc::dequant::available_tables()) {
+    INFO("table " << table->name);
+    for (const GgmlType type : block_types) {
+      const Layout layout = layout_of(type);
+      for (const std::size_t blocks :
+           {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{9}, std::size_t{40}}) {
+        for (const std::size_t offset : {std::size_t{0}, std::size_t{3}}) {
+          const std::vector<std::uint8_t> buffer = finite_blocks(type, offset, blocks);
+          check_dot(
+              type, blocks, offset, buffer, layout.elements, layout.bytes,
+              [&](std::size_t at, int e) { return reference(type, buffer, at, e); },
+              table->dot[kind_index(type)]);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("q8_dot: every table's kernels, with and without the extension, within the bound",
+          "[gguf_quants]") {
+  for (const Q8Variant& variant : q8_variants()) {
+    INFO("kernels " << variant.name);
+    for (const GgmlType type : q8_types) {
+      // 1-9 and 13 cover every count of a last partial group of 4 or 8 blocks.
+      for (const std::size_t blocks : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 48}) {
+        check_q8_dot(type, blocks, variant.of(type));
+      }
+    }
+  }
+}
+
+namespace {
+
+/// `blocks` blocks of `type` with f16 scale bits d(b) (and offset bits m(b), Q4_1) and quants
+/// quant(b, e) for element e: Q8_0's signed (-128..127), Q4_0's and Q4_1's nibbles (0..15).
+std::vector<std::uint8_t> make_blocks(GgmlType type, std::size_t blocks,
+                                      const std::function<std::uint16_t(std::size_t)>& d,
+                                      const std::function<std::uint16_t(std::size_t)>& m,
+                                      const std::function<int(std::size_t, int)>& quant) {
+  const Layout layout = layout_of(type);
+  std::vector<std::uint8_t> bytes(blocks * static_cast<std::size_t>(layout.bytes));
+  for (std::size_t b = 0; b < blocks; ++b) {
+    std::uint8_t* block = bytes.data() + b * static_cast<std::size_t>(layout.bytes);
+    const auto put16 = [&](int at, std::uint16_t bits) {
+      block[at] = static_cast<std::uint8_t>(bits & 0xFF);
+      block[at + 1] = static_cast<std::uint8_t>(bits >> 8);
+    };
+    put16(0, d(b));
+    if (type == GgmlType::Q8_0) {
+      for (int e = 0; e < 32; ++e) block[2 + e] = static_cast<std::uint8_t>(quant(b, e));
+      continue;
+    }
+    if (type == GgmlType::Q4_1) put16(2, m(b));
+    std::uint8_t* qs = block + (type == GgmlType::Q4_1 ? 4 : 2);
+    for (int e = 0; e < 16; ++e) {
+      qs[e] = static_cast<std::uint8_t>(quant(b, e) | (quant(b, e + 16) << 4));
+    }
+  }
+  return bytes;
+}
+
+/// Activations with quants quant(b, e) (-127..127, as quantize_activations makes them) and
+/// scales scale(b); their sums from the quants.
+amc::Q8Activations make_activations(std::size_t blocks,
+                                    const std::function<int(std::size_t, int)>& quant,
+                                    const std::function<float(std::size_t)>& scale) {
+  amc::Q8Activations x;
+  x.q.resize(blocks * 32);
+  x.scale.resize(blocks);
+  x.sum.assign(blocks, 0);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    x.scale[b] = scale(b);
+    for (int e = 0; e < 32; ++e) {
+      const auto q = static_cast<std::int8_t>(quant(b, e));
+      x.q[32 * b + static_cast<std::size_t>(e)] = q;
+      x.sum[b] += q;
+    }
+  }
+  return x;
+}
+
+/// Every Q8 kernel on blocks whose scales are powers of two, small enough that every product and
+/// partial sum is exact in f32 whatever the order (checked: the products' absolute sum below
+/// 2^24 units of `granularity`, the smallest step of any term): so each kernel's result is the
+/// exact value, which requires its integer sums to be exact, and equals the generic kernel's.
+void check_exact(GgmlType type, const std::vector<std::uint8_t>& weights,
+                 const amc::Q8Activations& x, double granularity) {
+  const Layout layout = layout_of(type);
+  const std::size_t blocks = x.blocks();
+  double exact = 0.0, magnitude = 0.0;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    for (int e = 0; e < 32; ++e) {
+      const std::size_t at = b * static_cast<std::size_t>(layout.bytes);
+      const double xv = x.q[32 * b + static_cast<std::size_t>(e)] * static_cast<double>(x.scale[b]);
+      exact += reference(type, weights, at, e) * xv;
+      // The kernels sum q d x and the offset's -8 d x or m x apart (Q4_0, Q4_1): both count.
+      const double d = f16_value(u16_at(weights, at));
+      const double offset = type == GgmlType::Q4_0   ? -8.0 * d
+                            : type == GgmlType::Q4_1 ? f16_value(u16_at(weights, at + 2))
+                                                     : 0.0;
+      magnitude +=
+          (std::abs(reference(type, weights, at, e) - offset) + std::abs(offset)) * std::abs(xv);
+    }
+  }
+  REQUIRE(magnitude < 0x1p24 * granularity);
+  const auto* in = reinterpret_cast<const std::byte*>(weights.data());
+  const float generic = table_named("scalar")->q8_dot[kind_index(type)](x, in, blocks);
+  CHECK(static_cast<double>(generic) == exact);
+  for (const Q8Variant& variant : q8_variants()) {
+    const float got = variant.of(type)(x, in, blocks);
+    INFO("kernels " << variant.name << ": " << amc::to_string(type) << ", " << blocks
+                    << " blocks: got " << got << ", exact " << exact << ", generic kernel "
+                    << generic);
+    CHECK(got == generic);
+  }
+}
+
+constexpr std::uint16_t kF16Half = 0x3800, kF16One = 0x3C00, kF16Two = 0x4000;
+
+}  // namespace
+
+TEST_CASE("q8_dot: every kernel's integer sums are exact, equal to the generic kernel's",
+          "[gguf_quants]") {
+  const auto one = [](std::size_t) { return kF16One; };
+  const auto zero16 = [](std::size_t) { return std::uint16_t{0}; };
+  const auto unit = [](std::size_t) { return 1.0f; };
+  SECTION("the largest products (16-bit sums of more than two overflow), every group tail") {
+    // Q8_0's -128 and Q4's nibbles 0 and 15 (weights -8 and 7 for Q4_0) against +-127.
+    struct Pattern {
+      int weight;  // the quant (Q8_0) or nibble (Q4)
+      int x;
+      bool alternate;  // the weight's sign (Q8_0) or nibble (Q4) alternates along the block
+    };
+    for (const GgmlType type : q8_types) {
+      const bool q8 = type == GgmlType::Q8_0;
+      for (const Pattern p :
+           {Pattern{q8 ? -128 : 0, 127, false}, Pattern{q8 ? -128 : 0, -127, false},
+            Pattern{q8 ? 127 : 15, 127, false}, Pattern{q8 ? -128 : 15, 127, true}}) {
+        const auto quant = [&](std::size_t, int e) {
+          if (!p.alternate || e % 2 == 0) return p.weight;
+          return q8 ? -p.weight - 1 : 15 - p.weight;
+        };
+        for (std::size_t blocks = 1; blocks <= 13; ++blocks) {
+          INFO("pattern weight " << p.weight << " x " << p.x
+                                 << (p.alternate ? " alternating" : ""));
+          check_exact(type, make_blocks(type, blocks, one, zero16, quant),
+                      make_activations(
+                          blocks, [&](std::size_t, int) { return p.x; }, unit),
+                      1.0);
+        }
+      }
+    }
+  }
+  SECTION("random quants, scales 1, offsets 0 and +-1") {
+    std::uniform_int_distribution<int> x_quant(-127, 127), offset(0, 2);
+    for (const GgmlType type : q8_types) {
+      std::uniform_int_distribution<int> w_quant(type == GgmlType::Q8_0 ? -128 : 0,
+                                                 type == GgmlType::Q8_0 ? 127 : 15);
+      for (const std::size_t blocks : {1, 2, 3, 4, 5, 7, 8, 9, 16, 48}) {
+        const std::uint16_t offsets[] = {0x0000, kF16One, 0xBC00};  // 0, 1, -1
+        std::vector<std::uint16_t> m(blocks);
+        for (std::uint16_t& bits : m) bits = offsets[offset(rng())];
+        check_exact(type,
+                    make_blocks(
+                        type, blocks, one, [&](std::size_t b) { return m[b]; },
+                        [&](std::size_t, int) { return w_quant(rng()); }),
+                    make_activations(
+                        blocks, [&](std::size_t, int) { return x_quant(rng()); }, unit),
+                    1.0);
+      }
+    }
+  }
+  SECTION("scales 1/2, 1 and 2 on both sides, block by block (which scale goes with which sum)") {
+    std::uniform_int_distribution<int> x_quant(-32, 31), pick(0, 2), sign(0, 1);
+    const std::uint16_t d_bits[] = {kF16Half, kF16One, kF16Two};
+    const float dx_values[] = {0.5f, 1.0f, 2.0f};
+    for (const GgmlType type : q8_types) {
+      std::uniform_int_distribution<int> w_quant(type == GgmlType::Q8_0 ? -32 : 0,
+                                                 type == GgmlType::Q8_0 ? 31 : 15);
+      for (const std::size_t blocks : {1, 3, 4, 6, 8, 11, 13}) {
+        std::vector<std::uint16_t> d(blocks), m(blocks);
+        std::vector<float> dx(blocks);
+        for (std::size_t b = 0; b < blocks; ++b) {
+          d[b] = d_bits[pick(rng())];
+          m[b] = static_cast<std::uint16_t>(d_bits[pick(rng())] | (sign(rng()) << 15));
+          dx[b] = dx_values[pick(rng())];
+        }
+        check_exact(type,
+                    make_blocks(
+                        type, blocks, [&](std::size_t b) { return d[b]; },
+                        [&](std::size_t b) { return m[b]; },
+                        [&](std::size_t, int) { return w_quant(rng()); }),
+                    make_activations(
+                        blocks, [&](std::size_t, int) { return x_quant(rng()); },
+                        [&](std::size_t b) { return dx[b]; }),
+                    0.25);
+      }
+    }
+  }
+}
+
+namespace {
+
+/// quantize_activations' output with the scales as bit patterns (NaN compared exactly too).
+struct Quantized {
+  std::vector<std::int8_t> q;
+  std::vector<std::uint32_t> scale;
+  std::vector<std::int32_t> sum;
+};
+
+/// The documented arithmetic, written here again: per block of 32, d = max|x| / 127 and q =
+/// std::round(x * (1 / d)); a block with a NaN or infinity: quants 0, scale the quiet NaN; a
+/// block whose 1 / d is not finite (zeros, or max|x| so small that 1 / d overflows): quants 0,
+/// scale 0.
+Quantized reference_quantize(std::span<const float> x) {
+  const std::size_t blocks = x.size() / 32;
+  Quantized out{std::vector<std::int8_t>(x.size()), std::vector<std::uint32_t>(blocks),
+                std::vector<std::int32_t>(blocks)};
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const std::span<const float> v = x.subspan(32 * b, 32);
+    bool finite = true;
+    float largest = 0.0f;
+    for (const float value : v) {
+      finite = finite && std::isfinite(value);
+      largest = std::max(largest, std::abs(value));
+    }
+    const float d = largest / 127.0f;
+    const float inverse = 1.0f / d;
+    if (!finite) {
+      out.scale[b] = std::bit_cast<std::uint32_t>(std::numeric_limits<float>::quiet_NaN());
+      continue;
+    }
+    if (!std::isfinite(inverse)) continue;  // scale +0, quants 0
+    out.scale[b] = std::bit_cast<std::uint32_t>(d);
+    for (std::size_t j = 0; j < 32; ++j) {
+      const float q = std::round(v[j] * inverse);
+      REQUIRE(std::abs(q) <= 127.0f);
+      out.q[32 * b + j] = static_cast<std::int8_t>(q);
+      out.sum[b] += out.q[32 * b + j];
+    }
+  }
+  return out;
+}
+
+Quantized run_quantize(amc::dequant::QuantizeKernel kernel, std::span<const float> x) {
+  const std::size_t blocks = x.size() / 32;
+  std::vector<float> scale(blocks, -1.0f);
+  Quantized out{std::vector<std::int8_t>(x.size(), 99), std::vector<std::uint32_t>(blocks),
+                std::vector<std::int32_t>(blocks, 99)};
+  kernel(x.data(), blocks, out.q.data(), scale.data(), out.sum.data());
+  for (std::size_t b = 0; b < blocks; ++b) out.scale[b] = std::bit_cast<std::uint32_t>(scale[b]);
+  return out;
+}
+
+/// got == want bit for bit; on a difference, the first differing block with its values.
+void check_same_quantized(const Quantized& got, const Quantized& want, std::span<const float> x) {
+  for (std::size_t b = 0; b < want.scale.size(); ++b) {
+    const bool same =
+        got.scale[b] == want.scale[b] && got.sum[b] == want.sum[b] &&
+        std::equal(want.q.begin() + 32 * b, want.q.begin() + 32 * (b + 1), got.q.begin() + 32 * b);
+    if (same) continue;
+    std::ostringstream values;
+    for (std::size_t j = 0; j < 32; ++j) {
+      values << "\n  x " << std::hexfloat << x[32 * b + j] << std::defaultfloat << ": q "
+             << int{got.q[32 * b + j]} << ", want " << int{want.q[32 * b + j]};
+    }
+    FAIL_CHECK("block " << b << ": scale 0x" << std::hex << got.scale[b] << ", want 0x"
+                        << want.scale[b] << std::dec << "; sum " << got.sum[b] << ", want "
+                        << want.sum[b] << values.str());
+    return;
+  }
+  SUCCEED(want.scale.size() << " blocks the same");
+}
+
+/// A value v with v * inverse == target exactly in f32, searched within a few ulps of
+/// target / inverse; target / inverse itself when there is none.
+float value_giving(float target, float inverse) {
+  const float guess = target / inverse;
+  float up = guess, down = guess;
+  for (int step = 0; step < 8; ++step) {
+    if (up * inverse == target) return up;
+    if (down * inverse == target) return down;
+    up = std::nextafter(up, std::numeric_limits<float>::infinity());
+    down = std::nextafter(down, -std::numeric_limits<float>::infinity());
+  }
+  return guess;
+}
+
+/// Blocks whose values times 1 / d land exactly on the roundings' edges: ties k + 1/2 (away
+/// from zero), their neighbours one ulp either side (0.49999997 must give 0, not 1), both
+/// signs. With d a power of two (max|x| = 127 2^k), and with random d.
+std::vector<float> tie_blocks() {
+  std::vector<float> x;
+  std::uniform_int_distribution<int> k(-127, 126), exponent(-20, 20);
+  std::uniform_real_distribution<float> largest(1e-3f, 1e3f);
+  const float specials[] = {0.5f, -0.5f, 1.5f, -1.5f, 2.5f, -2.5f, 126.5f, -126.5f};
+  for (int block = 0; block < 64; ++block) {
+    const float big = block % 2 == 0 ? std::ldexp(127.0f, exponent(rng())) : largest(rng());
+    const float inverse = 1.0f / (big / 127.0f);
+    x.push_back(block % 4 < 2 ? big : -big);
+    for (int j = 1; j < 32; ++j) {
+      float target = j <= 8 ? specials[j - 1] : static_cast<float>(k(rng())) + 0.5f;
+      if (j % 3 == 1) target = std::nextafter(target, 0.0f);
+      if (j % 3 == 2 && j > 8) target = std::nextafter(target, 2.0f * target);
+      x.push_back(value_giving(target, inverse));
+    }
+  }
+  return x;
+}
+
+/// Blocks at the edges: zeros of both signs, NaN (quiet, signalling, negative) and infinities
+/// in every position, the largest and smallest magnitudes, subnormals, max|x| at every power of
+/// two and on either side of the smallest block that still has a finite 1 / d.
+std::vector<float> edge_blocks() {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float max = std::numeric_limits<float>::max();
+  std::uniform_real_distribution<float> fraction(-1.0f, 1.0f);
+  std::vector<float> x;
+  // A block of fraction * scale values with `special` at position `at` (none when at >= 32).
+  const auto block = [&](float scale, float special, int at) {
+    for (int j = 0; j < 32; ++j) x.push_back(j == at ? special : fraction(rng()) * scale);
+  };
+  x.insert(x.end(), 32, 0.0f);
+  x.insert(x.end(), 32, -0.0f);
+  for (int j = 0; j < 32; ++j) x.push_back(j % 3 == 0 ? -0.0f : 0.0f);
+  for (const float special :
+       {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+        std::bit_cast<float>(0x7F800001u), inf, -inf}) {
+    for (const int at : {0, 3, 7, 8, 15, 16, 30, 31}) block(2.0f, special, at);
+  }
+  for (const int at : {0, 13, 31}) {
+    block(max, max, at);
+    block(max, -max, at);
+    block(1.0f, max, at);  // every other value rounds to 0
+  }
+  for (int e = -149; e <= 127; ++e) block(std::ldexp(1.0f, e), std::ldexp(1.0f, e), e & 31);
+  // Subnormal values only.
+  for (int b = 0; b < 4; ++b) {
+    for (int j = 0; j < 32; ++j) {
+      const auto bits = static_cast<std::uint32_t>(rng()() & 0x807FFFFFu);
+      x.push_back(std::bit_cast<float>(bits));
+    }
+  }
+  // The smallest max|x| whose 1 / (max|x| / 127) is finite, by bisection over the bit patterns
+  // (monotonic for positive floats), and its neighbours.
+  std::uint32_t low = 1, high = 0x3F800000u;  // not finite at low, finite at high
+  while (high - low > 1) {
+    const std::uint32_t mid = low + (high - low) / 2;
+    (std::isfinite(1.0f / (std::bit_cast<float>(mid) / 127.0f)) ? high : low) = mid;
+  }
+  for (std::uint32_t bits = high - 2; bits <= high + 2; ++bits) {
+    block(std::bit_cast<float>(bits), std::bit_cast<float>(bits), static_cast<int>(bits & 31));
+    block(std::bit_cast<float>(bits), -std::bit_cast<float>(bits), 5);
+  }
+  return x;
+}
+
+/// Random blocks: uniform, or magnitudes spread over many binades with random signs and a few
+/// zeros.
+std::vector<float> random_activations(std::size_t n, bool wide) {
+  std::vector<float> x(n);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f), mantissa(1.0f, 2.0f);
+  std::uniform_int_distribution<int> exponent(-40, 40), sign(0, 1), zero(0, 50);
+  for (float& v : x) {
+    if (!wide) {
+      v = uniform(rng());
+    } else {
+      v = zero(rng()) == 0 ? 0.0f : std::ldexp(mantissa(rng()), exponent(rng()));
+      if (sign(rng()) != 0) v = -v;
+    }
+  }
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("quantize_activations: every table bit for bit as the reference, ties and edges too",
+          "[gguf_quants]") {
+  std::vector<std::pair<std::string, std::vector<float>>> inputs = {{"ties", tie_blocks()},
+                                                                    {"edges", edge_blocks()}};
+  for (const std::size_t blocks : {1, 2, 3, 18, 48, 37}) {
+    inputs.emplace_back("uniform, " + std::to_string(blocks) + " blocks",
+                        random_activations(32 * blocks, false));
+    inputs.emplace_back("wide, " + std::to_string(blocks) + " blocks",
+                        random_activations(32 * blocks, true));
+  }
+  for (const auto& [what, x] : inputs) {
+    INFO(what);
+    const Quantized want = reference_quantize(x);
+    // Misaligned as well: the input one float into a buffer.
+    std::vector<float> shifted(x.size() + 1);
+    std::copy(x.begin(), x.end(), shifted.begin() + 1);
+    for (const DequantTable* table : amc::dequant::available_tables()) {
+      INFO("table " << table->name);
+      check_same_quantized(run_quantize(table->quantize, x), want, x);
+      check_same_quantized(run_quantize(table->quantize, std::span(shifted).subspan(1)), want, x);
+    }
+    amc::Q8Activations q;
+    amc::quantize_activations(x, q);
+    Quantized api{q.q, std::vector<std::uint32_t>(q.blocks()), q.sum};
+    for (std::size_t b = 0; b < q.blocks(); ++b)
+      api.scale[b] = std::bit_cast<std::uint32_t>(q.scale[b]);
+    check_same_quantized(api, want, x);
+  }
 }

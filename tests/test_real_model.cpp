@@ -178,8 +178,9 @@ TEST_CASE("SmolLM2 with its blocks kept as stored decodes as with the weights wi
   // the blocks, prefill through GEMM on the same values. Only the order of the f32 sums
   // differs (amc::quantized_dot's lanes against the dot kernel's), about n / 32 roundings of
   // each product sum, so the logits differ by rounding alone: tested at 1e-5 of their range
-  // over a prefill and 16 decode steps fed the same tokens (measured: 5.8e-7 with AVX-512; the
-  // f32 path's distance to a float64 reference is tested at 1e-3 in test_gguf_forward.py).
+  // over a prefill and 16 decode steps fed the same tokens (measured: 5.8e-7 with AVX-512,
+  // 7.5e-7 with NEON under qemu-aarch64; the f32 path's distance to a float64 reference is
+  // tested at 1e-3 in test_gguf_forward.py).
   const Checkpoint widened =
       Checkpoint::load(model_file(), {.weight_dtype = amc::StorageType::f32});
   const Checkpoint stored = Checkpoint::load(model_file(), {.keep_blocks = true});
@@ -211,9 +212,9 @@ TEST_CASE("SmolLM2 with 8-bit activations on its stored blocks stays near the f3
   // products (as llama.cpp does), an error of up to half a step, 1/254 of the block's largest
   // value, per activation: measured against the f32 products of the same blocks, the logits
   // move by about 2% of their range over a prefill and 16 steps fed the same tokens (0.017 to
-  // 0.021 with the scalar, AVX2 and AVX-512 VNNI kernels), and 16 or 17 of 17 greedy picks
-  // agree. Tested at 5% of the range and 15 of 17 picks: bounds on a measured rounding
-  // effect, not an exact identity.
+  // 0.021 with the scalar, AVX2 and AVX-512 VNNI kernels, 0.0155 with NEON's dot-product ones
+  // under qemu-aarch64), and 16 or 17 of 17 greedy picks agree. Tested at 5% of the range and
+  // 15 of 17 picks: bounds on a measured rounding effect, not an exact identity.
   const Checkpoint stored = Checkpoint::load(model_file(), {.keep_blocks = true});
   const std::vector<std::int32_t> prompt = tokenizer().encode(
       "The harbour at Kestrel Bay was dug in the last years of the eighteenth "

@@ -33,9 +33,10 @@ void dequantize(GgmlType type, std::span<const std::byte> blocks, std::span<bf16
 
 /// A dot product of f32 values with stored blocks: <x, dequantize(blocks)> over `blocks` whole
 /// blocks (x holds blocks * block_elements values). The products are those of x with the exact
-/// dequantized values; they are summed in f32 in an order fixed per instruction set (AVX2 and
-/// AVX-512: four 8-lane accumulators, decoded in registers for Q8_0, Q4_0 and Q4_1; every other
-/// type and table: the dequantized values in chunks of 256, 32 lanes), so the result is
+/// dequantized values; they are summed in f32 in an order fixed per instruction set (Q8_0, Q4_0
+/// and Q4_1 with AVX2, AVX-512 and NEON: decoded in registers, AVX2 into four 8-lane
+/// accumulators, AVX-512 four 16-lane ones, NEON eight 4-lane ones; every other type and
+/// table: the dequantized values in chunks of 256, 32 lanes), so the result is
 /// deterministic on one machine, and within (blocks * block_elements / 32 + 8) f32 roundings
 /// of the products' absolute sum of the exact one. Unchecked: quantized_dot() checks.
 using QuantizedDotKernel = float (*)(const float* x, const std::byte* blocks,
@@ -62,19 +63,24 @@ struct Q8Activations {
 };
 
 /// Quantizes x (x.size() a multiple of 32, else amc::error "amc::quantize_activations: ...")
-/// into `out`, reusing its storage.
+/// into `out`, reusing its storage. q = round(x * (1 / d)), the product rounded to f32 first.
+/// A block holding a NaN or an infinity gets quants 0 and a NaN scale, so that every product
+/// with it is NaN; a block whose 1 / d is not finite (all zeros, or max|x| below 127 * 2^-128,
+/// about 3.7e-37) gets quants 0 and scale 0. The same bits on every instruction set.
 void quantize_activations(std::span<const float> x, Q8Activations& out);
 
 /// <d q, w> over `block_count` blocks of 32 of a Q8_0, Q4_0 or Q4_1 row (`x` covers them):
 /// per block the integer sum of q times the weight's quants, exact, then scaled by the two
 /// scales in f32 (Q4_1 adds its offset times the activations' sum). Faster than
-/// QuantizedDotKernel where the CPU has integer dot products (AVX-512 VNNI, AVX2's maddubs),
-/// at the cost of the activations' rounding: llama.cpp's arithmetic. Unchecked.
+/// QuantizedDotKernel where the CPU has integer dot products (AVX-512 VNNI, AVX2's maddubs,
+/// the Armv8.2 dot product, NEON's widening multiplies), at the cost of the activations'
+/// rounding: llama.cpp's arithmetic. Unchecked.
 using Q8DotKernel = float (*)(const Q8Activations& x, const std::byte* blocks,
                               std::size_t block_count);
 
-/// The active instruction set's Q8DotKernel for Q8_0, Q4_0 or Q4_1 (with AVX-512 VNNI where the
-/// CPU has it); amc::error "amc::q8_dot_kernel: ..." for any other type.
+/// The active instruction set's Q8DotKernel for Q8_0, Q4_0 or Q4_1 (with AVX-512 VNNI or the
+/// Armv8.2 dot product where the CPU has it); amc::error "amc::q8_dot_kernel: ..." for any other
+/// type.
 Q8DotKernel q8_dot_kernel(GgmlType type);
 
 }  // namespace amc
