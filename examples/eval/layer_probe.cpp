@@ -32,14 +32,13 @@ LayerProbe::LayerProbe(const transformer::Config& model, const SparseConfig& con
 
 void LayerProbe::reset() { stats_.reset(stats_.layers, stats_.heads); }
 
-template <KvStorage S>
 void LayerProbe::oracle_recall(const transformer::LayerAttention& a,
                                const transformer::KvCache& cache) {
   for (std::int64_t g = 0; g < kv_heads_; ++g) {
-    const KvHead<KvView<S>> head{cache.view<S>(a.layer, g, a.positions),
-                                 cache.summaries(a.layer, g)};
-    oracle_.select(map_rows(a.queries + g * a.group * head_dim_, a.group, head_dim_, head_dim_),
-                   head);
+    cache.visit_view(a.layer, g, a.positions, [&]<KvViewLike View>(const View& kv) {
+      oracle_.select(map_rows(a.queries + g * a.group * head_dim_, a.group, head_dim_, head_dim_),
+                     KvHead<View>{kv, cache.summaries(a.layer, g)});
+    });
     const BlockSparseDecode<>& used = a.sparse_operators[static_cast<std::size_t>(g)];
     for (std::int64_t j = 0; j < a.group; ++j) {
       const auto best = oracle_.selected_blocks(j);
@@ -71,9 +70,7 @@ void LayerProbe::observe(const transformer::LayerAttention& a, const transformer
   if (oracle_is_selector_) {
     std::fill(recall_.begin(), recall_.end(), 1.0);
   } else {
-    visit_storage<float, bf16>(cache.options().dtype, [&](auto type) {
-      oracle_recall<typename decltype(type)::type>(a, cache);
-    });
+    oracle_recall(a, cache);
   }
   for (std::int64_t h = 0; h < heads_; ++h) {
     const auto hi = static_cast<std::size_t>(h);

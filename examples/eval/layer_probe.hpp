@@ -28,7 +28,6 @@ class LayerProbe {
   const HeadStatistics& statistics() const { return stats_; }
 
  private:
-  template <KvStorage S>
   void oracle_recall(const transformer::LayerAttention& a, const transformer::KvCache& cache);
 
   SparseConfig config_;

@@ -58,33 +58,33 @@ class MassProbe {
   const std::vector<MassTable>& tables() const { return tables_; }
 
   void observe(const transformer::LayerAttention& a, const transformer::KvCache& cache) {
-    visit_storage<float, bf16>(cache.options().dtype, [&](auto type) {
-      observe_as<typename decltype(type)::type>(a, cache);
-    });
+    for (std::int64_t g = 0; g < kv_heads_; ++g) {
+      cache.visit_view(a.layer, g, a.positions, [&]<KvViewLike View>(const View& kv) {
+        observe_group(a, g, KvHead<View>{kv, cache.summaries(a.layer, g)});
+      });
+    }
   }
 
  private:
-  template <KvStorage S>
-  void observe_as(const transformer::LayerAttention& a, const transformer::KvCache& cache) {
-    for (std::int64_t g = 0; g < kv_heads_; ++g) {
-      const KvHead<KvView<S>> head{cache.view<S>(a.layer, g, a.positions),
-                                   cache.summaries(a.layer, g)};
-      const auto queries =
-          map_rows(a.queries + g * a.group * head_dim_, a.group, head_dim_, head_dim_);
-      for (std::size_t s = 0; s < operators_.size(); ++s) {
-        operators_[s].decode(queries, head, map_rows(out_.data(), a.group, head_dim_, head_dim_),
-                             results_);
-        MassTable& t = tables_[s];
-        for (std::int64_t j = 0; j < a.group; ++j) {
-          const HeadResult& dense = a.results[static_cast<std::size_t>(g * a.group + j)];
-          const HeadResult& sparse = results_[static_cast<std::size_t>(j)];
-          if (!dense.finite || !sparse.finite) continue;  // the step's logits report it
-          const auto i = static_cast<std::size_t>(a.layer * heads_ + g * a.group + j);
-          const double m = retained_mass(sparse.lse, dense.lse);
-          t.sum[i] += m;
-          t.min[i] = std::min(t.min[i], m);
-          ++t.count[i];
-        }
+  /// Every operator over KV head g of the step, its retained mass into the tables.
+  template <KvViewLike View>
+  void observe_group(const transformer::LayerAttention& a, std::int64_t g,
+                     const KvHead<View>& head) {
+    const auto queries =
+        map_rows(a.queries + g * a.group * head_dim_, a.group, head_dim_, head_dim_);
+    for (std::size_t s = 0; s < operators_.size(); ++s) {
+      operators_[s].decode(queries, head, map_rows(out_.data(), a.group, head_dim_, head_dim_),
+                           results_);
+      MassTable& t = tables_[s];
+      for (std::int64_t j = 0; j < a.group; ++j) {
+        const HeadResult& dense = a.results[static_cast<std::size_t>(g * a.group + j)];
+        const HeadResult& sparse = results_[static_cast<std::size_t>(j)];
+        if (!dense.finite || !sparse.finite) continue;  // the step's logits report it
+        const auto i = static_cast<std::size_t>(a.layer * heads_ + g * a.group + j);
+        const double m = retained_mass(sparse.lse, dense.lse);
+        t.sum[i] += m;
+        t.min[i] = std::min(t.min[i], m);
+        ++t.count[i];
       }
     }
   }

@@ -65,6 +65,18 @@ class KvCache {
   /// The same for a q8_0 cache (quantization == q8_0): the stored rows, read widened to f32.
   Q8KvView q8_view(std::int64_t layer, std::int64_t head, std::int64_t positions) const;
   bool quantized() const { return options_.quantization != KvQuantization::none; }
+  /// Calls f(view) with one KV head over positions [0, positions) as the operators read it,
+  /// whatever the cache holds: KvView<float>, KvView<bf16> or Q8KvView.
+  template <class F>
+  void visit_view(std::int64_t layer, std::int64_t head, std::int64_t positions, F&& f) const {
+    if (quantized()) {
+      f(q8_view(layer, head, positions));
+      return;
+    }
+    visit_storage<float, bf16>(options_.dtype, [&](auto type) {
+      f(view<typename decltype(type)::type>(layer, head, positions));
+    });
+  }
 
   /// Summaries of one KV head, or nullptr when the cache keeps none.
   const BlockSummaries* summaries(std::int64_t layer, std::int64_t head) const {

@@ -74,6 +74,14 @@ SessionOptions SessionFlags::session_options(const Checkpoint& checkpoint,
                                              SessionOptions base) const {
   base.threads = thread_count();
   if (kv_dtype == "q8_0") {  // q8_0 blocks, which the operators read widened to f32
+    // Refused here, before a tool starts work, rather than when the session makes its cache.
+    const std::int64_t head_dim = checkpoint.config().head_dim;
+    if (head_dim % kQ8Block != 0) {
+      refuse("",
+             "--kv-dtype q8_0: needs head_dim a multiple of 32 (blocks of 32 channels); this "
+             "model's is ",
+             head_dim);
+    }
     base.kv_dtype = StorageType::f32;
     base.kv_quantization = KvQuantization::q8_0;
   } else {

@@ -337,6 +337,21 @@ def main():
             check(got == expected, f"{label}: recorded {got}, expected {expected}")
         run([amc_eval, "mass", "--model", f32_model, *one, "--rope-angles", "transformers", "--kv-dtype", "f32",
              "--out", os.path.join(tmp, "mass-settings")])
+        # --kv-dtype q8_0: recorded as such, and the sweep's and the mass probe's own operators
+        # read the q8_0 cache through its view; it needs head_dim a multiple of 32 (16 above).
+        q8_model = os.path.join(tmp, "model-q8")
+        run([synth, "--out", q8_model, "--dtype", "f32", "--layers", "2", "--hidden", "64", "--heads", "2",
+             "--kv-heads", "1", "--intermediate", "128", "--vocab", "300"])
+        q8_out = os.path.join(tmp, "settings-q8")
+        run([amc_eval, "sweep", "--model", q8_model, *one, "--kv-dtype", "q8_0", "--out", q8_out])
+        s = read_runs(q8_out)[0]["settings"]
+        check((s["kv_dtype"], s["kv_dtype_requested"]) == ("q8_0", "q8_0"),
+              f"q8_0: recorded {s['kv_dtype']}, {s['kv_dtype_requested']}")
+        run([amc_eval, "mass", "--model", q8_model, *one, "--kv-dtype", "q8_0",
+             "--out", os.path.join(tmp, "mass-q8")])
+        check_refusal([amc_eval, "sweep", "--model", f32_model, *one, "--kv-dtype", "q8_0",
+                       "--out", os.path.join(tmp, "q8-refused")],
+                      ["--kv-dtype q8_0: needs head_dim a multiple of 32", "this model's is 16"])
         bad_config = os.path.join(tmp, "model-bad-angles")
         shutil.copytree(f32_model, bad_config)
         config["amc_rope_angles"] = "float32"
