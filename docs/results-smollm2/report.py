@@ -36,6 +36,8 @@ RULES = {
     "tp95-two4-bound": "twostage/bound, top-p 0.95",
     "sub4": "submean",
     "two4-sub4": "twostage/submean",
+    # Issue 35's q8_0 KV cache (its G against the bf16 cache's mean and oracle sweeps).
+    "two4-bound-q8kv": "twostage/bound, q8_0 KV cache",
 }
 # Passkey run -> {the run's selector name: the rule's name in the tables}.
 PASSKEY_RUNS = {
@@ -45,6 +47,9 @@ PASSKEY_RUNS = {
     "two4-bound-bf16": {"twostage": "twostage/bound, bf16 bounds"},
     "two2-bound": {"twostage": "twostage/bound, shortlist 2"},
     "sub4": {"submean": "submean", "twostage": "twostage/submean"},
+    "tp95-two4-bound": {"twostage": "twostage/bound, top-p 0.95"},
+    # A run on another cache answers densely on that cache: its dense answers count apart.
+    "two4-bound-q8kv": {"dense": "dense, q8_0 KV cache", "twostage": "twostage/bound, q8_0 KV cache"},
 }
 CORPORA = {"prose": "prose (What's New in Python 2.5-3.3)",
            "code": "code (Python standard-library modules)"}
@@ -235,7 +240,7 @@ def passkey_table(root, out):
             for r in csv.DictReader(f):
                 selector = r["selector"]
                 if selector == "dense":
-                    rule, support = "dense", ""
+                    rule, support = names.get("dense", "dense"), ""
                 elif selector in names:
                     rule, support = names[selector], r["support"]
                 else:

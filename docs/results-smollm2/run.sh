@@ -61,6 +61,14 @@ contexts=4096,8064 supports=385,769 sweep prose two2-bound --score twostage --sh
   --shortlist-score bound
 contexts=8160 supports=385,769 passkey two4-bound-bf16 --rules twostage --shortlist-score bound
 
+# Issue 35's 8-bit KV cache (--kv-dtype q8_0: keys and values in q8_0 blocks, as llama.cpp's
+# q8_0 cache): the passkey at 8160 (dense and twostage/bound) and the prose sweep at 8064, where
+# issue 32's third target is judged, against the bf16 cache's runs above.
+contexts=8160 supports=385,769 passkey two4-bound-q8kv --rules twostage --shortlist-score bound \
+  --kv-dtype q8_0
+contexts=8064 supports=385,769 sweep prose two4-bound-q8kv --score twostage --shortlist 4 \
+  --shortlist-score bound --kv-dtype q8_0
+
 # The rules of issue 32, per query head (the study's scope), in the order they are most telling.
 sweep prose mean --score mean
 sweep prose oracle --score oracle
@@ -84,6 +92,9 @@ for corpus in prose code; do
   sweep "$corpus" sub4 --score submean --sub-blocks 4
   sweep "$corpus" two4-sub4 --score twostage --shortlist 4 --shortlist-score submean --sub-blocks 4
 done
+
+# The passkey with a top-p budget (issue 32 asks for every rule's passkey; the tp95 sweeps above).
+passkey tp95-two4-bound --rules twostage --shortlist-score bound --top-p 0.95
 
 # Last, as the least telling: the passkey with a shortlist of 2 (its sweep already fails at 385).
 contexts=8160 supports=385,769 passkey two2-bound --rules twostage --shortlist 2 \
