@@ -59,9 +59,9 @@ void score_rows_entry(const float* queries, std::int64_t heads, std::int64_t hea
 /// q8_0 rows widened to f32 (KernelTable::load_q8_0_rows): a plain loop that each instruction
 /// set's translation unit compiles with its own flags. Every product is exact (an f16 times an
 /// 8-bit integer), so every table gives the same values.
-void load_q8_0_rows_entry(const std::int8_t* quants, std::ptrdiff_t quant_stride,
-                          const f16* scales, std::ptrdiff_t scale_stride, std::int64_t rows,
-                          std::int64_t head_dim, float* out) {
+void load_q8_0_rows_entry(const std::int8_t* quants, std::ptrdiff_t quant_stride, const f16* scales,
+                          std::ptrdiff_t scale_stride, std::int64_t rows, std::int64_t head_dim,
+                          float* out) {
   for (std::int64_t r = 0; r < rows; ++r, out += head_dim) {
     const std::int8_t* q = quants + r * quant_stride;
     const f16* d = scales + r * scale_stride;

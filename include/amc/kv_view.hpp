@@ -19,6 +19,21 @@
 
 namespace amc {
 
+namespace detail {
+
+/// Keeps loads whose values only feed `seen` (a read-ahead that touches cache lines) from being
+/// optimised away.
+inline void keep_loads(unsigned seen) {
+#if defined(__GNUC__)
+  asm volatile("" : : "r"(seen));
+#else
+  thread_local volatile unsigned sink;
+  sink = seen;
+#endif
+}
+
+}  // namespace detail
+
 /// Contiguous KV head: rows of keys and values with independent row strides.
 template <KvStorage T>
 class KvView {

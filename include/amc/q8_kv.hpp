@@ -22,6 +22,7 @@
 
 #include "amc/error.hpp"
 #include "amc/kernels/kernel_table.hpp"
+#include "amc/kv_view.hpp"
 #include "amc/storage.hpp"
 
 namespace amc {
@@ -165,12 +166,7 @@ class Q8KvView {
         seen |= *reinterpret_cast<const unsigned char*>(side->scales + p * side->scale_stride);
       }
     }
-#if defined(__GNUC__)
-    asm volatile("" : : "r"(seen));  // keeps the loads
-#else
-    thread_local volatile unsigned sink;
-    sink = seen;
-#endif
+    detail::keep_loads(seen);
   }
 
  private:

@@ -126,12 +126,7 @@ void touch_range_start(const View& kv, const PositionRange& range) {
       seen |= *reinterpret_cast<const unsigned char*>(kv.value(p) + i);
     }
   }
-#if defined(__GNUC__)
-  asm volatile("" : : "r"(seen));  // keeps the loads
-#else
-  thread_local volatile unsigned sink;
-  sink = seen;
-#endif
+  detail::keep_loads(seen);
 }
 
 /// Folds the ranges of `support` into heads [first_head, first_head + count) of ws.state, in

@@ -82,9 +82,9 @@ struct KernelTable {
   /// out[r * head_dim + c] = f32(scales[r * scale_stride + c / 32]) * quants[r * quant_stride + c]
   /// for r < rows, c < head_dim (a multiple of 32): q8_0 rows widened to f32, exactly
   /// (amc/q8_kv.hpp).
-  void (*load_q8_0_rows)(const std::int8_t* quants, std::ptrdiff_t quant_stride,
-                         const f16* scales, std::ptrdiff_t scale_stride, std::int64_t rows,
-                         std::int64_t head_dim, float* out) = nullptr;
+  void (*load_q8_0_rows)(const std::int8_t* quants, std::ptrdiff_t quant_stride, const f16* scales,
+                         std::ptrdiff_t scale_stride, std::int64_t rows, std::int64_t head_dim,
+                         float* out) = nullptr;
   /// out[h * out_stride + r] = <queries[h], rows[r]> for h < heads, r < count.
   void (*score_rows[kStorageTypes])(const float* queries, std::int64_t heads, std::int64_t head_dim,
                                     const void* rows, std::ptrdiff_t row_stride, std::int64_t count,
