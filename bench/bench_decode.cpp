@@ -297,7 +297,7 @@ void BM_DenseDecode(benchmark::State& state) {
 }
 
 /// BM_DenseDecode over a q8_0 cache (Q8KvView): half the bytes of bf16 (136 per position for
-/// a key and a value row against 256), widened to f32 chunk by chunk on the way in.
+/// a key and a value row against 256), read in place by KernelTable::attend_q8_0.
 void BM_DenseDecodeQ8(benchmark::State& state) {
   auto& kv = q8_ring(state.range(0));
   const RowMatrix queries = group_queries();

@@ -124,6 +124,35 @@ void attend_entry(const AttendArgs& a) {
   }
 }
 
+/// attend_entry<Ops, float> over q8_0 rows (KernelTable::attend_q8_0): each chunk's keys and
+/// each value row widened to f32 (exact) into scratch, then the same arithmetic.
+template <class Ops>
+void attend_q8_0_entry(const AttendArgs& a) {
+  const auto* keys = static_cast<const std::int8_t*>(a.keys);
+  const auto* values = static_cast<const std::int8_t*>(a.values);
+  float* scores = a.scratch;                              // [heads, kAttendChunk]
+  float* converted = a.scratch + a.heads * kAttendChunk;  // [kAttendChunk, head_dim]
+  float* value_row = converted;                           // [head_dim], once the scores are in
+  for (std::int64_t first = 0; first < a.rows; first += kAttendChunk) {
+    const std::int64_t rows = std::min(kAttendChunk, a.rows - first);
+    load_q8_0_rows_entry(keys + first * a.key_stride, a.key_stride,
+                         a.key_scales + first * a.key_scale_stride, a.key_scale_stride, rows,
+                         a.head_dim, converted);
+    score_rows_entry<Ops, float>(a.queries, a.heads, a.head_dim, converted, a.head_dim, rows,
+                                 scores, kAttendChunk);
+    fold_chunk_scores<Ops>(a, scores, rows);
+    for (std::int64_t r = first; r < first + rows; ++r) {
+      load_q8_0_rows_entry(values + r * a.value_stride, a.value_stride,
+                           a.value_scales + r * a.value_scale_stride, a.value_scale_stride, 1,
+                           a.head_dim, value_row);
+      for (std::int64_t h = 0; h < a.heads; ++h) {
+        Ops::axpy(scores[h * kAttendChunk + r - first], value_row, a.accumulator + h * a.head_dim,
+                  a.head_dim);
+      }
+    }
+  }
+}
+
 template <class Ops>
 KernelTable make_table() {
   KernelTable table;
@@ -151,6 +180,11 @@ KernelTable make_table() {
   fill.template operator()<bf16>();
   fill.template operator()<f16>();
   table.load_q8_0_rows = &load_q8_0_rows_entry;
+  if constexpr (requires { Ops::attend_q8_0(AttendArgs{}); }) {
+    table.attend_q8_0 = &Ops::attend_q8_0;
+  } else {
+    table.attend_q8_0 = &attend_q8_0_entry<Ops>;
+  }
   table.max = &Ops::max;
   table.exp_sum = &Ops::exp_sum;
   table.scale = &Ops::scale;

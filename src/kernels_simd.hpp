@@ -329,13 +329,35 @@ struct BlockedOps : SimdOps<Arch> {
     }
   }
 
+  /// Value rows as accumulate_values reads them: load(r, c) is channels [c, c + W) of row r in
+  /// f32. Rows stored in a storage type T:
+  template <KvStorage T>
+  struct StoredValueRows {
+    const T* first;         ///< [rows, stride]
+    std::ptrdiff_t stride;  ///< elements between rows
+    Batch load(std::int64_t r, std::int64_t c) const {
+      return load_f32<Arch>(first + r * stride + c);
+    }
+  };
+  /// Rows stored in q8_0, widened in registers: the quants times their block's scale, exact
+  /// (an f16 times an 8-bit integer), so the same f32 values as widened rows in memory. c is a
+  /// multiple of W, which divides 32, so [c, c + W) lies in one block of 32 channels.
+  struct Q8ValueRows {
+    const std::int8_t* quants;  ///< [rows, stride]
+    std::ptrdiff_t stride;      ///< int8 elements between rows
+    const float* scales;        ///< [rows, blocks]: the rows' f16 scales already in f32
+    std::int64_t blocks;        ///< head_dim / 32
+    Batch load(std::int64_t r, std::int64_t c) const {
+      return load_f32<Arch>(quants + r * stride + c) * Batch(scales[r * blocks + c / 32]);
+    }
+  };
+
   /// accumulator[h] = rescale[h] * accumulator[h] + sum_r weights[h, r] * values[r] for kHeads
   /// heads (rescale == nullptr: no rescaling). The rescale of the online softmax rides on the
   /// loads of the accumulators into registers instead of taking a pass of its own.
-  template <int kHeads, KvStorage T>
-  static void accumulate_values(const float* weights, const float* rescale, const T* values,
-                                std::ptrdiff_t stride, std::int64_t rows, std::int64_t head_dim,
-                                float* accumulator) {
+  template <int kHeads, class Rows>
+  static void accumulate_values(const float* weights, const float* rescale, const Rows& values,
+                                std::int64_t rows, std::int64_t head_dim, float* accumulator) {
     auto load_accumulator = [&](int h, std::int64_t c) {
       const Batch acc = Batch::load_unaligned(accumulator + h * head_dim + c);
       return rescale == nullptr ? acc : acc * Batch(rescale[h]);
@@ -348,10 +370,9 @@ struct BlockedOps : SimdOps<Arch> {
         lo[h] = load_accumulator(h, c);
         hi[h] = load_accumulator(h, c + W);
       }
-      const T* row = values + c;
-      for (std::int64_t r = 0; r < rows; ++r, row += stride) {
-        const Batch v0 = load_f32<Arch>(row);
-        const Batch v1 = load_f32<Arch>(row + W);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const Batch v0 = values.load(r, c);
+        const Batch v1 = values.load(r, c + W);
 #pragma GCC unroll 8
         for (int h = 0; h < kHeads; ++h) {
           const Batch p(weights[h * kAttendChunk + r]);
@@ -369,9 +390,8 @@ struct BlockedOps : SimdOps<Arch> {
       Batch acc[kHeads];
 #pragma GCC unroll 8
       for (int h = 0; h < kHeads; ++h) acc[h] = load_accumulator(h, c);
-      const T* row = values + c;
-      for (std::int64_t r = 0; r < rows; ++r, row += stride) {
-        const Batch v = load_f32<Arch>(row);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const Batch v = values.load(r, c);
 #pragma GCC unroll 8
         for (int h = 0; h < kHeads; ++h)
           acc[h] = xsimd::fma(Batch(weights[h * kAttendChunk + r]), v, acc[h]);
@@ -381,38 +401,38 @@ struct BlockedOps : SimdOps<Arch> {
     }
   }
 
-  template <KvStorage T>
+  template <class Rows>
   static void accumulate_values_any(std::int64_t heads, const float* weights, const float* rescale,
-                                    const T* values, std::ptrdiff_t stride, std::int64_t rows,
-                                    std::int64_t head_dim, float* accumulator) {
+                                    const Rows& values, std::int64_t rows, std::int64_t head_dim,
+                                    float* accumulator) {
     for (std::int64_t h0 = 0; h0 < heads; h0 += kHeadGroup) {
       const float* w = weights + h0 * kAttendChunk;
       const float* r = rescale == nullptr ? nullptr : rescale + h0;
       float* acc = accumulator + h0 * head_dim;
       switch (std::min(kHeadGroup, heads - h0)) {
         case 1:
-          accumulate_values<1>(w, r, values, stride, rows, head_dim, acc);
+          accumulate_values<1>(w, r, values, rows, head_dim, acc);
           break;
         case 2:
-          accumulate_values<2>(w, r, values, stride, rows, head_dim, acc);
+          accumulate_values<2>(w, r, values, rows, head_dim, acc);
           break;
         case 3:
-          accumulate_values<3>(w, r, values, stride, rows, head_dim, acc);
+          accumulate_values<3>(w, r, values, rows, head_dim, acc);
           break;
         case 4:
-          accumulate_values<4>(w, r, values, stride, rows, head_dim, acc);
+          accumulate_values<4>(w, r, values, rows, head_dim, acc);
           break;
         case 5:
-          accumulate_values<5>(w, r, values, stride, rows, head_dim, acc);
+          accumulate_values<5>(w, r, values, rows, head_dim, acc);
           break;
         case 6:
-          accumulate_values<6>(w, r, values, stride, rows, head_dim, acc);
+          accumulate_values<6>(w, r, values, rows, head_dim, acc);
           break;
         case 7:
-          accumulate_values<7>(w, r, values, stride, rows, head_dim, acc);
+          accumulate_values<7>(w, r, values, rows, head_dim, acc);
           break;
         default:
-          accumulate_values<8>(w, r, values, stride, rows, head_dim, acc);
+          accumulate_values<8>(w, r, values, rows, head_dim, acc);
           break;
       }
     }
@@ -469,14 +489,103 @@ struct BlockedOps : SimdOps<Arch> {
 #if AMC_SIMD_WIDE_FOLD
       if constexpr (W == 16) {
         fold_chunk_scores_wide<Arch>(a, scores, rows, rescale);
-        accumulate_values_any(a.heads, scores, rescale, chunk_values, a.value_stride, rows,
-                              a.head_dim, a.accumulator);
+        accumulate_values_any(a.heads, scores, rescale,
+                              StoredValueRows<T>{chunk_values, a.value_stride}, rows, a.head_dim,
+                              a.accumulator);
         continue;
       }
 #endif
       fold_chunk_scores<Base>(a, scores, rows);  // rescales the accumulators itself
-      accumulate_values_any(a.heads, scores, nullptr, chunk_values, a.value_stride, rows,
-                            a.head_dim, a.accumulator);
+      accumulate_values_any(a.heads, scores, nullptr,
+                            StoredValueRows<T>{chunk_values, a.value_stride}, rows, a.head_dim,
+                            a.accumulator);
+    }
+  }
+
+  /// Asks for every cache line of `count` rows of `row_bytes` bytes, `stride` bytes apart: one
+  /// run when the rows are packed (the q8_0 scales: 4 bytes a row at head_dim 64).
+  static void prefetch_bytes(const void* first, std::ptrdiff_t stride, std::int64_t count,
+                             std::int64_t row_bytes) {
+    const auto* bytes = static_cast<const char*>(first);
+    if (stride == row_bytes) {
+      for (std::int64_t i = 0; i < count * row_bytes; i += 64) prefetch_line(bytes + i);
+      if (count > 0) prefetch_line(bytes + count * row_bytes - 1);  // a run not line-aligned
+      return;
+    }
+    for (std::int64_t r = 0; r < count; ++r) {
+      for (std::int64_t i = 0; i < row_bytes; i += 64) prefetch_line(bytes + r * stride + i);
+    }
+  }
+
+  /// q8_0 rows widened to packed f32 [rows, head_dim] (head_dim % 32 == 0), the scales first
+  /// widened into scales_f32 [rows, head_dim / 32].
+  static void widen_q8_0_rows(const std::int8_t* quants, std::ptrdiff_t quant_stride,
+                              const f16* scales, std::ptrdiff_t scale_stride, std::int64_t rows,
+                              std::int64_t head_dim, float* scales_f32, float* target) {
+    const std::int64_t blocks = head_dim / 32;
+    widen_q8_0_scales(scales, scale_stride, rows, blocks, scales_f32);
+    const Q8ValueRows source{quants, quant_stride, scales_f32, blocks};
+    for (std::int64_t r = 0; r < rows; ++r, target += head_dim) {
+      for (std::int64_t i = 0; i < head_dim; i += W) source.load(r, i).store_unaligned(target + i);
+    }
+  }
+
+  static void widen_q8_0_scales(const f16* scales, std::ptrdiff_t stride, std::int64_t rows,
+                                std::int64_t blocks, float* out) {
+    if (stride == blocks) {  // packed: one vector conversion (F16C, FCVTL) per W scales
+      Base::template load<f16>(scales, out, rows * blocks);
+      return;
+    }
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t b = 0; b < blocks; ++b)
+        out[r * blocks + b] = to_float(scales[r * stride + b]);
+    }
+  }
+
+  /// attend<float> over q8_0 rows (KernelTable::attend_q8_0), never writing the values out:
+  /// each chunk's keys are widened into L1 scratch once for all heads, as attend does for
+  /// narrow keys; its values are widened in registers as accumulate_values reads them.
+  static void attend_q8_0(const AttendArgs& a) {
+    if (a.head_dim % W != 0 || a.head_dim % 32 != 0) {
+      attend_q8_0_entry<Base>(a);
+      return;
+    }
+    const auto* keys = static_cast<const std::int8_t*>(a.keys);
+    const auto* values = static_cast<const std::int8_t*>(a.values);
+    const std::int64_t blocks = a.head_dim / 32;
+    constexpr auto kScaleBytes = static_cast<std::int64_t>(sizeof(f16));
+    float* scores = a.scratch;                               // [heads, kAttendChunk]
+    float* converted = a.scratch + a.heads * kAttendChunk;   // [kAttendChunk, head_dim]
+    float* rescale = converted + kAttendChunk * a.head_dim;  // [heads]: wide fold
+    float* scales = rescale + a.heads;                       // [kAttendChunk, blocks]
+    for (std::int64_t first = 0; first < a.rows; first += kAttendChunk) {
+      const std::int64_t rows = std::min(kAttendChunk, a.rows - first);
+      const std::int8_t* chunk_keys = keys + first * a.key_stride;
+      const std::int8_t* chunk_values = values + first * a.value_stride;
+      const f16* chunk_value_scales = a.value_scales + first * a.value_scale_stride;
+      // As attend: this chunk's values and the next chunk's keys, quants and scales.
+      prefetch_bytes(chunk_values, a.value_stride, rows, a.head_dim);
+      prefetch_bytes(chunk_value_scales, a.value_scale_stride * kScaleBytes, rows,
+                     blocks * kScaleBytes);
+      const std::int64_t next_rows = std::min(kAttendChunk, a.rows - first - rows);
+      prefetch_bytes(chunk_keys + rows * a.key_stride, a.key_stride, next_rows, a.head_dim);
+      prefetch_bytes(a.key_scales + (first + rows) * a.key_scale_stride,
+                     a.key_scale_stride * kScaleBytes, next_rows, blocks * kScaleBytes);
+      widen_q8_0_rows(chunk_keys, a.key_stride, a.key_scales + first * a.key_scale_stride,
+                      a.key_scale_stride, rows, a.head_dim, scales, converted);
+      score_rows<float>(a.queries, a.heads, a.head_dim, converted, a.head_dim, rows, scores,
+                        kAttendChunk);
+      widen_q8_0_scales(chunk_value_scales, a.value_scale_stride, rows, blocks, scales);
+      const Q8ValueRows chunk{chunk_values, a.value_stride, scales, blocks};
+#if AMC_SIMD_WIDE_FOLD
+      if constexpr (W == 16) {
+        fold_chunk_scores_wide<Arch>(a, scores, rows, rescale);
+        accumulate_values_any(a.heads, scores, rescale, chunk, rows, a.head_dim, a.accumulator);
+        continue;
+      }
+#endif
+      fold_chunk_scores<Base>(a, scores, rows);
+      accumulate_values_any(a.heads, scores, nullptr, chunk, rows, a.head_dim, a.accumulator);
     }
   }
 };

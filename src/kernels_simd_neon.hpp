@@ -6,6 +6,7 @@
 #include <arm_neon.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels_simd_batch.hpp"
 
@@ -26,6 +27,17 @@ inline FloatBatch<Arch> load_f32(const f16* p) {
   static_assert(FloatBatch<Arch>::size == 4, "amc: NEON batches hold four floats");
   const uint16x4_t h = vld1_u16(reinterpret_cast<const std::uint16_t*>(p));
   return vcvt_f32_f16(vreinterpret_f16_u16(h));
+}
+
+/// One batch of f32 from four int8 values (q8_0 quants): two widening moves (SXTL) and a
+/// conversion, exact.
+template <class Arch>
+inline FloatBatch<Arch> load_f32(const std::int8_t* p) {
+  static_assert(FloatBatch<Arch>::size == 4, "amc: NEON batches hold four floats");
+  std::int32_t word = 0;
+  std::memcpy(&word, p, sizeof word);
+  const int16x8_t wide = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(word)));
+  return vcvtq_f32_s32(vmovl_s16(vget_low_s16(wide)));
 }
 
 /// One cache line towards L1, for reading (PRFM PLDL1KEEP).

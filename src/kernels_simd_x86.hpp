@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "kernels_simd_batch.hpp"
@@ -46,6 +47,29 @@ inline FloatBatch<Arch> load_f32(const f16* p) {
     alignas(16) float lanes[4];
     for (int i = 0; i < 4; ++i) lanes[i] = to_float(p[i]);
     return FloatBatch<Arch>::load_aligned(lanes);
+  }
+}
+
+/// One batch of f32 from batch-size int8 values (q8_0 quants): a sign extension and an integer
+/// conversion, exact.
+template <class Arch>
+inline FloatBatch<Arch> load_f32(const std::int8_t* p) {
+  if constexpr (FloatBatch<Arch>::size == 16) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+  } else if constexpr (FloatBatch<Arch>::size == 8) {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+  } else {
+    static_assert(FloatBatch<Arch>::size == 4, "amc: unsupported vector width for int8 loads");
+    // SSE2 has no sign-extending load: put each byte at the top of its 32-bit lane, then shift
+    // it down arithmetically.
+    std::int32_t word = 0;
+    std::memcpy(&word, p, sizeof word);
+    __m128i q = _mm_cvtsi32_si128(word);
+    q = _mm_unpacklo_epi8(q, q);
+    q = _mm_unpacklo_epi16(q, q);
+    return _mm_cvtepi32_ps(_mm_srai_epi32(q, 24));
   }
 }
 

@@ -27,8 +27,13 @@ struct Q8Head {
   std::vector<f16> key_d, value_d;
   std::vector<float> keys, values;  // [positions, head_dim], the stored values
 
-  Q8Head(std::int64_t n, std::int64_t d, float key_scale = 1.0f)
-      : positions(n), head_dim(d), stride(d + 32), scale_stride(d / 32 + 1) {
+  /// packed: rows and scales without padding (a cache's usual layout, which the kernels read
+  /// differently)
+  Q8Head(std::int64_t n, std::int64_t d, float key_scale = 1.0f, bool packed = false)
+      : positions(n),
+        head_dim(d),
+        stride(packed ? d : d + 32),
+        scale_stride(packed ? d / 32 : d / 32 + 1) {
     key_q.assign(static_cast<std::size_t>(n * stride), 0);
     value_q = key_q;
     key_d.assign(static_cast<std::size_t>(n * scale_stride), f16{0});
@@ -195,11 +200,111 @@ TEST_CASE("every kernel table widens q8_0 rows exactly", "[q8_kv]") {
   }
 }
 
+namespace {
+
+/// One head's online-softmax state as the attend kernels update it.
+struct AttendState {
+  std::vector<float> max, sum, accumulator, scratch;
+  AttendState(std::int64_t heads, std::int64_t head_dim)
+      : max(static_cast<std::size_t>(heads), -std::numeric_limits<float>::infinity()),
+        sum(static_cast<std::size_t>(heads), 0.0f),
+        accumulator(static_cast<std::size_t>(heads * head_dim), 0.0f),
+        scratch(static_cast<std::size_t>(kernels::attend_scratch_floats(heads, head_dim))) {}
+  kernels::AttendArgs args(const RowMatrix& queries) {
+    kernels::AttendArgs a;
+    a.queries = queries.data();
+    a.heads = queries.rows();
+    a.head_dim = queries.cols();
+    a.running_max = max.data();
+    a.running_sum = sum.data();
+    a.accumulator = accumulator.data();
+    a.scratch = scratch.data();
+    return a;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("every kernel table's attend_q8_0 is its attend[f32] on the stored values", "[q8_kv]") {
+  for (const kernels::KernelTable* table : kernels::available()) {
+    for (const std::int64_t head_dim : {32, 64, 96, 128}) {
+      for (const bool packed : {false, true}) {
+        const std::int64_t n = 100;
+        const Q8Head head(n, head_dim, 3.0f, packed);
+        for (const std::int64_t heads : {1, 3, 9}) {
+          CAPTURE(table->name, head_dim, packed, heads);
+          const RowMatrix queries = random_queries(heads, head_dim);
+          AttendState q8(heads, head_dim), f32(heads, head_dim);
+          // Two calls, the second starting mid-chunk, so the rescale of a running state is
+          // exercised; rows 0..36 then 37..99.
+          for (const auto& [first, rows] :
+               {std::pair<std::int64_t, std::int64_t>{0, 37}, {37, 63}}) {
+            kernels::AttendArgs a = q8.args(queries);
+            a.keys = head.key_q.data() + first * head.stride;
+            a.key_stride = head.stride;
+            a.key_scales = head.key_d.data() + first * head.scale_stride;
+            a.key_scale_stride = head.scale_stride;
+            a.values = head.value_q.data() + first * head.stride;
+            a.value_stride = head.stride;
+            a.value_scales = head.value_d.data() + first * head.scale_stride;
+            a.value_scale_stride = head.scale_stride;
+            a.rows = rows;
+            table->attend_q8_0(a);
+            kernels::AttendArgs b = f32.args(queries);
+            b.keys = head.keys.data() + first * head_dim;
+            b.key_stride = head_dim;
+            b.values = head.values.data() + first * head_dim;
+            b.value_stride = head_dim;
+            b.rows = rows;
+            table->attend[kernels::index_of(StorageType::f32)](b);
+          }
+          REQUIRE(q8.max == f32.max);
+          REQUIRE(q8.sum == f32.sum);
+          for (std::size_t i = 0; i < q8.accumulator.size(); ++i) {
+            CAPTURE(i);
+            REQUIRE(std::bit_cast<std::uint32_t>(q8.accumulator[i]) ==
+                    std::bit_cast<std::uint32_t>(f32.accumulator[i]));
+          }
+          // And the softmax itself, in double with plain loops over the stored values.
+          for (std::int64_t h = 0; h < heads; ++h) {
+            std::vector<double> scores(static_cast<std::size_t>(n));
+            for (std::int64_t p = 0; p < n; ++p) {
+              double s = 0;
+              for (std::int64_t c = 0; c < head_dim; ++c)
+                s += static_cast<double>(queries(h, c)) *
+                     head.keys[static_cast<std::size_t>(p * head_dim + c)];
+              scores[static_cast<std::size_t>(p)] = s;
+            }
+            const double m = *std::max_element(scores.begin(), scores.end());
+            double sum = 0;
+            std::vector<double> out(static_cast<std::size_t>(head_dim), 0.0);
+            for (std::int64_t p = 0; p < n; ++p) {
+              const double w = std::exp(scores[static_cast<std::size_t>(p)] - m);
+              sum += w;
+              for (std::int64_t c = 0; c < head_dim; ++c)
+                out[static_cast<std::size_t>(c)] +=
+                    w * head.values[static_cast<std::size_t>(p * head_dim + c)];
+            }
+            const auto hh = static_cast<std::size_t>(h);
+            REQUIRE(std::fabs(q8.max[hh] - m) <= 1e-5 * (1 + std::fabs(m)));
+            for (std::int64_t c = 0; c < head_dim; ++c) {
+              const double got = q8.accumulator[static_cast<std::size_t>(h * head_dim + c)] /
+                                 static_cast<double>(q8.sum[hh]);
+              REQUIRE(std::fabs(got - out[static_cast<std::size_t>(c)] / sum) < 1e-4);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("operators on a Q8KvView equal them on the stored values in f32, bit for bit",
           "[q8_kv]") {
   for (const std::int64_t n : {1, 31, 32, 33, 700, 2100}) {
-    CAPTURE(n);
-    const Q8Head head(n, 64, 2.0f);
+    const bool packed = n % 2 == 1;  // both layouts of the rows and scales
+    CAPTURE(n, packed);
+    const Q8Head head(n, 64, 2.0f, packed);
     const Q8KvView q8 = head.view();
     const KvView<float> f32 = head.f32_view();
     const RowMatrix queries = random_queries(7, 64);

@@ -6,7 +6,8 @@
 // The operators read such a head through Q8KvView, a KvViewLike view whose rows are the stored
 // values widened to f32: d * q is an f16 times an integer of at most 8 bits, exact in f32, so
 // dense and sparse decode, the block summaries and the certified bounds all work on exactly the
-// values the cache holds. What the bounds then bound is attention over the stored cache; the
+// values the cache holds. Attention proper reads the int8 rows in place (bind_q8_0_rows and
+// KernelTable::attend_q8_0), widening them in registers, with the same results bit for bit. What the bounds then bound is attention over the stored cache; the
 // quantization's own error (each value within d / 2 of what was written, plus the scale's f16
 // rounding: q8_0_error_bound) is a separate, measured difference from a cache kept in f32.
 #pragma once
@@ -151,6 +152,21 @@ class Q8KvView {
       fn(static_cast<const float*>(keys.data()), static_cast<const float*>(values.data()), first,
          rows);
     }
+  }
+
+  /// Points args' keys and values (and their scales) at the stored rows from `first` on, for
+  /// KernelTable::attend_q8_0, which reads them without widening them into memory: what the
+  /// attention operators use in place of for_each_run (decode.hpp's attend_support).
+  void bind_q8_0_rows(kernels::AttendArgs& args, std::int64_t first) const {
+    AMC_DASSERT(0 <= first && first <= positions_);
+    args.keys = keys_.quants + first * keys_.quant_stride;
+    args.key_stride = keys_.quant_stride;
+    args.key_scales = keys_.scales + first * keys_.scale_stride;
+    args.key_scale_stride = keys_.scale_stride;
+    args.values = values_.quants + first * values_.quant_stride;
+    args.value_stride = values_.quant_stride;
+    args.value_scales = values_.scales + first * values_.scale_stride;
+    args.value_scale_stride = values_.scale_stride;
   }
 
   /// Reads one byte of every cache line of the stored rows [begin, end) (keys and values,

@@ -150,6 +150,13 @@ void attend_support(const View& kv, std::span<const PositionRange> ranges, std::
     // A sparse support is a list of short ranges; the kernel prefetches ahead only within a
     // range, so bring in the start of the next range before working through this one.
     if (i + 1 < ranges.size()) touch_range_start(kv, ranges[i + 1]);
+    if constexpr (requires { kv.bind_q8_0_rows(args, 0); }) {
+      // Rows stored in 8 bits go to their own kernel, which widens them as it reads.
+      kv.bind_q8_0_rows(args, ranges[i].begin);
+      args.rows = ranges[i].size();
+      table.attend_q8_0(args);
+      continue;
+    }
     kv.for_each_run(ranges[i].begin, ranges[i].end,
                     [&](const T* keys, const T* values, std::int64_t, std::int64_t rows) {
                       args.keys = keys;

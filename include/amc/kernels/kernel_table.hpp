@@ -22,14 +22,17 @@ namespace amc::kernels {
 /// clearly better: docs/performance.md).
 inline constexpr std::int64_t kAttendChunk = 32;
 
-/// Floats of scratch that `attend` and `attend_bf16_products` need for `heads` query heads of
-/// width `head_dim`: the chunk's scores [heads, kAttendChunk], one chunk of rows converted to
-/// f32 [kAttendChunk, head_dim] (8 KiB at head_dim 64, so it stays in L1) and one rescale factor
-/// per head; then, for attend_bf16_products, the query in bf16 [heads, head_dim] and the chunk's
-/// weights in bf16 [heads, kAttendChunk] (half a float each).
+/// Floats of scratch that `attend`, `attend_bf16_products` and `attend_q8_0` need for `heads`
+/// query heads of width `head_dim`: the chunk's scores [heads, kAttendChunk], one chunk of rows
+/// converted to f32 [kAttendChunk, head_dim] (8 KiB at head_dim 64, so it stays in L1) and one
+/// rescale factor per head; then either, for attend_bf16_products, the query in bf16
+/// [heads, head_dim] and the chunk's weights in bf16 [heads, kAttendChunk] (half a float each),
+/// or, for attend_q8_0, the chunk's value scales in f32 [kAttendChunk, head_dim / 32 + 1].
 constexpr std::int64_t attend_scratch_floats(std::int64_t heads, std::int64_t head_dim) {
+  const std::int64_t bf16_products = (heads * (head_dim + kAttendChunk) + 1) / 2;
+  const std::int64_t q8_0 = kAttendChunk * (head_dim / 32 + 1);
   return heads * kAttendChunk + kAttendChunk * head_dim + heads +
-         (heads * (head_dim + kAttendChunk) + 1) / 2;
+         (bf16_products > q8_0 ? bf16_products : q8_0);
 }
 
 /// One run of rows for the fused online-softmax attention kernel.
@@ -37,15 +40,20 @@ struct AttendArgs {
   const float* queries = nullptr;  ///< [heads, head_dim], already multiplied by the scale
   std::int64_t heads = 0;
   std::int64_t head_dim = 0;
-  const void* keys = nullptr;     ///< [rows, key_stride] of the storage type
+  const void* keys = nullptr;     ///< [rows, key_stride] of the storage type (attend_q8_0: int8)
   std::ptrdiff_t key_stride = 0;  ///< elements between consecutive key rows
-  const void* values = nullptr;   ///< [rows, value_stride] of the storage type
+  const void* values = nullptr;   ///< [rows, value_stride] of the storage type (attend_q8_0: int8)
   std::ptrdiff_t value_stride = 0;
   std::int64_t rows = 0;
   float* running_max = nullptr;  ///< [heads], updated in place (-inf when nothing read yet)
   float* running_sum = nullptr;  ///< [heads], sum of exp(s - running_max)
   float* accumulator = nullptr;  ///< [heads, head_dim], unnormalised output
   float* scratch = nullptr;      ///< attend_scratch_floats(heads, head_dim) floats
+  // attend_q8_0 only: the rows' q8_0 scales, [rows, scale_stride] f16, one per 32 channels.
+  const f16* key_scales = nullptr;
+  std::ptrdiff_t key_scale_stride = 0;
+  const f16* value_scales = nullptr;
+  std::ptrdiff_t value_scale_stride = 0;
 };
 
 /// Function pointers of one instruction set. All pointers are non-null except
@@ -85,6 +93,11 @@ struct KernelTable {
   void (*load_q8_0_rows)(const std::int8_t* quants, std::ptrdiff_t quant_stride, const f16* scales,
                          std::ptrdiff_t scale_stride, std::int64_t rows, std::int64_t head_dim,
                          float* out) = nullptr;
+  /// The same update as attend[f32] over the rows' stored q8_0 values d * q widened to f32
+  /// (exact), without writing them out: keys and values point at int8 quants, key_scales and
+  /// value_scales at their f16 scales (AttendArgs); head_dim a multiple of 32. Bit for bit
+  /// attend[f32] of this table on the widened rows.
+  void (*attend_q8_0)(const AttendArgs& args) = nullptr;
   /// out[h * out_stride + r] = <queries[h], rows[r]> for h < heads, r < count.
   void (*score_rows[kStorageTypes])(const float* queries, std::int64_t heads, std::int64_t head_dim,
                                     const void* rows, std::ptrdiff_t row_stride, std::int64_t count,
