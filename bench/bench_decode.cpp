@@ -312,6 +312,21 @@ void BM_DenseDecodeQ8(benchmark::State& state) {
   state.counters["positions_read"] = static_cast<double>(kv.positions);
 }
 
+/// BM_DenseDecodeHot over a q8_0 cache: one copy, read again and again (the kernel's own cost).
+void BM_DenseDecodeHotQ8(benchmark::State& state) {
+  auto& kv = q8_ring(state.range(0));
+  const RowMatrix queries = group_queries();
+  RowMatrix out(kGroupHeads, kHeadDim);
+  std::vector<HeadResult> results(kGroupHeads);
+  DenseDecode dense;
+  for (auto _ : state) {
+    dense.decode(queries, KvHead<Q8KvView>{kv.view(0), nullptr}, out, results);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kv.positions);  // positions/s
+  state.counters["positions_read"] = static_cast<double>(kv.positions);
+}
+
 /// BM_SparseDecode over a q8_0 cache (cold, the same selection settings).
 void BM_SparseDecodeQ8(benchmark::State& state) {
   auto& kv = q8_ring(state.range(0));
@@ -792,6 +807,7 @@ int main(int argc, char** argv) {
   for (auto [name, fn, n] :
        {std::tuple{"BM_DenseDecodeHot", &BM_Hot<amc::bf16, false>, 2048},
         std::tuple{"BM_DenseDecodeHot_f32", &BM_Hot<float, false>, 2048},
+        std::tuple{"BM_DenseDecodeHotQ8", &BM_DenseDecodeHotQ8, 2048},
         std::tuple{"BM_DenseDecodeHotBf16Products",
                    &BM_Hot<amc::bf16, false, AttentionArithmetic::bf16_products>, 2048},
         std::tuple{"BM_SparseDecodeHot", &BM_Hot<amc::bf16, true>, 16384}}) {
