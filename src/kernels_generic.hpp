@@ -179,7 +179,11 @@ KernelTable make_table() {
   fill.template operator()<float>();
   fill.template operator()<bf16>();
   fill.template operator()<f16>();
-  table.load_q8_0_rows = &load_q8_0_rows_entry;
+  if constexpr (requires { &Ops::load_q8_0_rows; }) {
+    table.load_q8_0_rows = &Ops::load_q8_0_rows;
+  } else {
+    table.load_q8_0_rows = &load_q8_0_rows_entry;
+  }
   if constexpr (requires { Ops::attend_q8_0(AttendArgs{}); }) {
     table.attend_q8_0 = &Ops::attend_q8_0;
   } else {

@@ -530,6 +530,26 @@ struct BlockedOps : SimdOps<Arch> {
     }
   }
 
+  /// KernelTable::load_q8_0_rows: widen_q8_0_rows over groups of rows whose scales fit a
+  /// buffer on the stack (so a packed run of scales converts by vector, as in attend_q8_0).
+  static void load_q8_0_rows(const std::int8_t* quants, std::ptrdiff_t quant_stride,
+                             const f16* scales, std::ptrdiff_t scale_stride, std::int64_t rows,
+                             std::int64_t head_dim, float* out) {
+    constexpr std::int64_t kScales = 256;
+    const std::int64_t blocks = head_dim / 32;
+    if (head_dim % 32 != 0 || blocks > kScales) {
+      load_q8_0_rows_entry(quants, quant_stride, scales, scale_stride, rows, head_dim, out);
+      return;
+    }
+    alignas(64) float scales_f32[kScales];
+    const std::int64_t group = kScales / blocks;  // rows per pass
+    for (std::int64_t r0 = 0; r0 < rows; r0 += group) {
+      widen_q8_0_rows(quants + r0 * quant_stride, quant_stride, scales + r0 * scale_stride,
+                      scale_stride, std::min(group, rows - r0), head_dim, scales_f32,
+                      out + r0 * head_dim);
+    }
+  }
+
   static void widen_q8_0_scales(const f16* scales, std::ptrdiff_t stride, std::int64_t rows,
                                 std::int64_t blocks, float* out) {
     if (stride == blocks) {  // packed: one vector conversion (F16C, FCVTL) per W scales

@@ -190,13 +190,21 @@ TEST_CASE("Q8KvView refuses shapes it cannot read", "[q8_kv]") {
 }
 
 TEST_CASE("every kernel table widens q8_0 rows exactly", "[q8_kv]") {
-  const Q8Head head(40, 128, 50.0f);
-  for (const kernels::KernelTable* table : kernels::available()) {
-    CAPTURE(table->name);
-    std::vector<float> out(static_cast<std::size_t>(40 * 128), -1.0f);
-    table->load_q8_0_rows(head.key_q.data(), head.stride, head.key_d.data(), head.scale_stride, 40,
-                          128, out.data());
-    REQUIRE(out == head.keys);
+  // 300 rows of 128 channels: more scales than the SIMD tables convert in one pass (256); rows
+  // of 8192 (one row a pass) and 8224 channels (wider than a pass: the plain loop); both
+  // layouts of the scales.
+  for (const auto& [rows, head_dim] :
+       {std::pair<std::int64_t, std::int64_t>{300, 128}, {40, 8192}, {20, 8224}}) {
+    for (const bool packed : {false, true}) {
+      const Q8Head head(rows, head_dim, 50.0f, packed);
+      for (const kernels::KernelTable* table : kernels::available()) {
+        CAPTURE(rows, head_dim, packed, table->name);
+        std::vector<float> out(static_cast<std::size_t>(rows * head_dim), -1.0f);
+        table->load_q8_0_rows(head.key_q.data(), head.stride, head.key_d.data(), head.scale_stride,
+                              rows, head_dim, out.data());
+        REQUIRE(out == head.keys);
+      }
+    }
   }
 }
 
