@@ -297,7 +297,9 @@ void BM_DenseDecode(benchmark::State& state) {
 }
 
 /// BM_DenseDecode over a q8_0 cache (Q8KvView): half the bytes of bf16 (136 per position for
-/// a key and a value row against 256), read in place by KernelTable::attend_q8_0.
+/// a key and a value row against 256), read in place by KernelTable::attend_q8_0. kHot: one
+/// copy, read again and again (BM_DenseDecodeHotQ8, the kernel's own cost, as BM_DenseDecodeHot).
+template <bool kHot>
 void BM_DenseDecodeQ8(benchmark::State& state) {
   auto& kv = q8_ring(state.range(0));
   const RowMatrix queries = group_queries();
@@ -305,25 +307,15 @@ void BM_DenseDecodeQ8(benchmark::State& state) {
   std::vector<HeadResult> results(kGroupHeads);
   DenseDecode dense;
   for (auto _ : state) {
-    dense.decode(queries, KvHead<Q8KvView>{kv.view(kv.advance()), nullptr}, out, results);
+    const std::int64_t copy = kHot ? 0 : kv.advance();
+    dense.decode(queries, KvHead<Q8KvView>{kv.view(copy), nullptr}, out, results);
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(state.iterations() * kv.positions * Q8Ring::kRowBytes);
-  state.counters["positions_read"] = static_cast<double>(kv.positions);
-}
-
-/// BM_DenseDecodeHot over a q8_0 cache: one copy, read again and again (the kernel's own cost).
-void BM_DenseDecodeHotQ8(benchmark::State& state) {
-  auto& kv = q8_ring(state.range(0));
-  const RowMatrix queries = group_queries();
-  RowMatrix out(kGroupHeads, kHeadDim);
-  std::vector<HeadResult> results(kGroupHeads);
-  DenseDecode dense;
-  for (auto _ : state) {
-    dense.decode(queries, KvHead<Q8KvView>{kv.view(0), nullptr}, out, results);
-    benchmark::DoNotOptimize(out.data());
+  if constexpr (kHot) {
+    state.SetItemsProcessed(state.iterations() * kv.positions);  // positions/s
+  } else {
+    state.SetBytesProcessed(state.iterations() * kv.positions * Q8Ring::kRowBytes);
   }
-  state.SetItemsProcessed(state.iterations() * kv.positions);  // positions/s
   state.counters["positions_read"] = static_cast<double>(kv.positions);
 }
 
@@ -758,7 +750,7 @@ void register_contexts(const std::string& suffix) {
           ->Unit(benchmark::kMicrosecond);
     }
     if constexpr (std::is_same_v<T, bf16>) {
-      benchmark::RegisterBenchmark("BM_DenseDecodeQ8", BM_DenseDecodeQ8)
+      benchmark::RegisterBenchmark("BM_DenseDecodeQ8", BM_DenseDecodeQ8<false>)
           ->Arg(n)
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
@@ -807,7 +799,7 @@ int main(int argc, char** argv) {
   for (auto [name, fn, n] :
        {std::tuple{"BM_DenseDecodeHot", &BM_Hot<amc::bf16, false>, 2048},
         std::tuple{"BM_DenseDecodeHot_f32", &BM_Hot<float, false>, 2048},
-        std::tuple{"BM_DenseDecodeHotQ8", &BM_DenseDecodeHotQ8, 2048},
+        std::tuple{"BM_DenseDecodeHotQ8", &BM_DenseDecodeQ8<true>, 2048},
         std::tuple{"BM_DenseDecodeHotBf16Products",
                    &BM_Hot<amc::bf16, false, AttentionArithmetic::bf16_products>, 2048},
         std::tuple{"BM_SparseDecodeHot", &BM_Hot<amc::bf16, true>, 16384}}) {

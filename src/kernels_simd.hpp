@@ -329,10 +329,10 @@ struct BlockedOps : SimdOps<Arch> {
     }
   }
 
-  /// Value rows as accumulate_values reads them: load(r, c) is channels [c, c + W) of row r in
-  /// f32. Rows stored in a storage type T:
+  /// Rows as accumulate_values and widen_q8_0_rows read them: load(r, c) is channels [c, c + W)
+  /// of row r in f32. Rows stored in a storage type T:
   template <KvStorage T>
-  struct StoredValueRows {
+  struct StoredRows {
     const T* first;         ///< [rows, stride]
     std::ptrdiff_t stride;  ///< elements between rows
     Batch load(std::int64_t r, std::int64_t c) const {
@@ -342,7 +342,7 @@ struct BlockedOps : SimdOps<Arch> {
   /// Rows stored in q8_0, widened in registers: the quants times their block's scale, exact
   /// (an f16 times an 8-bit integer), so the same f32 values as widened rows in memory. c is a
   /// multiple of W, which divides 32, so [c, c + W) lies in one block of 32 channels.
-  struct Q8ValueRows {
+  struct Q8BlockRows {
     const std::int8_t* quants;  ///< [rows, stride]
     std::ptrdiff_t stride;      ///< int8 elements between rows
     const float* scales;        ///< [rows, blocks]: the rows' f16 scales already in f32
@@ -489,16 +489,14 @@ struct BlockedOps : SimdOps<Arch> {
 #if AMC_SIMD_WIDE_FOLD
       if constexpr (W == 16) {
         fold_chunk_scores_wide<Arch>(a, scores, rows, rescale);
-        accumulate_values_any(a.heads, scores, rescale,
-                              StoredValueRows<T>{chunk_values, a.value_stride}, rows, a.head_dim,
-                              a.accumulator);
+        accumulate_values_any(a.heads, scores, rescale, StoredRows<T>{chunk_values, a.value_stride},
+                              rows, a.head_dim, a.accumulator);
         continue;
       }
 #endif
       fold_chunk_scores<Base>(a, scores, rows);  // rescales the accumulators itself
-      accumulate_values_any(a.heads, scores, nullptr,
-                            StoredValueRows<T>{chunk_values, a.value_stride}, rows, a.head_dim,
-                            a.accumulator);
+      accumulate_values_any(a.heads, scores, nullptr, StoredRows<T>{chunk_values, a.value_stride},
+                            rows, a.head_dim, a.accumulator);
     }
   }
 
@@ -524,7 +522,7 @@ struct BlockedOps : SimdOps<Arch> {
                               std::int64_t head_dim, float* scales_f32, float* target) {
     const std::int64_t blocks = head_dim / 32;
     widen_q8_0_scales(scales, scale_stride, rows, blocks, scales_f32);
-    const Q8ValueRows source{quants, quant_stride, scales_f32, blocks};
+    const Q8BlockRows source{quants, quant_stride, scales_f32, blocks};
     for (std::int64_t r = 0; r < rows; ++r, target += head_dim) {
       for (std::int64_t i = 0; i < head_dim; i += W) source.load(r, i).store_unaligned(target + i);
     }
@@ -596,7 +594,7 @@ struct BlockedOps : SimdOps<Arch> {
       score_rows<float>(a.queries, a.heads, a.head_dim, converted, a.head_dim, rows, scores,
                         kAttendChunk);
       widen_q8_0_scales(chunk_value_scales, a.value_scale_stride, rows, blocks, scales);
-      const Q8ValueRows chunk{chunk_values, a.value_stride, scales, blocks};
+      const Q8BlockRows chunk{chunk_values, a.value_stride, scales, blocks};
 #if AMC_SIMD_WIDE_FOLD
       if constexpr (W == 16) {
         fold_chunk_scores_wide<Arch>(a, scores, rows, rescale);
