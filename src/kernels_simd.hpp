@@ -564,7 +564,7 @@ struct BlockedOps : SimdOps<Arch> {
   /// each chunk's keys are widened into L1 scratch once for all heads, as attend does for
   /// narrow keys; its values are widened in registers as accumulate_values reads them.
   static void attend_q8_0(const AttendArgs& a) {
-    if (a.head_dim % W != 0 || a.head_dim % 32 != 0) {
+    if (a.head_dim % 32 != 0) {  // W divides 32, so the blocked loops fit any multiple of 32
       attend_q8_0_entry<Base>(a);
       return;
     }
