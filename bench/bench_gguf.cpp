@@ -95,14 +95,21 @@ void BM_Dequantize(benchmark::State& state, amc::GgmlType type) {
 /// row of a [1536, 576] matrix (SmolLM2's gate projection; 0.9 M weights, in L2 for the block
 /// types) through amc::quantized_dot's kernel. Items are weights; the bf16 row is the same
 /// product on bf16 weights through the operators' dot kernel, the widened layout's baseline.
+/// The k-quants' rows are whole super-blocks of 256, so theirs are [1536, 512] (0.8 M weights).
 constexpr std::int64_t kRows = 1536, kCols = 576;
+
+std::int64_t matvec_cols(amc::GgmlType type) {
+  const amc::GgmlTypeLayout layout = *amc::ggml_type_layout(static_cast<std::uint32_t>(type));
+  return kCols / layout.block_elements * layout.block_elements;
+}
 
 void BM_QuantizedMatvec(benchmark::State& state, amc::GgmlType type) {
   const amc::GgmlTypeLayout layout = *amc::ggml_type_layout(static_cast<std::uint32_t>(type));
-  const std::vector<std::byte> blocks = random_blocks(type, kRows * kCols);
+  const std::int64_t cols = matvec_cols(type);
+  const std::vector<std::byte> blocks = random_blocks(type, kRows * cols);
   const std::size_t row_bytes = blocks.size() / static_cast<std::size_t>(kRows);
-  const auto per_row = static_cast<std::size_t>(kCols / layout.block_elements);
-  const std::vector<float> x(static_cast<std::size_t>(kCols), 0.25f);
+  const auto per_row = static_cast<std::size_t>(cols / layout.block_elements);
+  const std::vector<float> x(static_cast<std::size_t>(cols), 0.25f);
   std::vector<float> y(static_cast<std::size_t>(kRows));
   const amc::QuantizedDotKernel dot = amc::quantized_dot_kernel(type);
   for (auto _ : state) {
@@ -113,15 +120,18 @@ void BM_QuantizedMatvec(benchmark::State& state, amc::GgmlType type) {
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  state.SetItemsProcessed(state.iterations() * kRows * kCols);
+  state.SetItemsProcessed(state.iterations() * kRows * cols);
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(blocks.size()));
 }
 
 /// The same with the activations quantized to 8 bits once per product (--activations q8).
 void BM_Q8Matvec(benchmark::State& state, amc::GgmlType type) {
-  const std::vector<std::byte> blocks = random_blocks(type, kRows * kCols);
+  const amc::GgmlTypeLayout layout = *amc::ggml_type_layout(static_cast<std::uint32_t>(type));
+  const std::int64_t cols = matvec_cols(type);
+  const auto per_row = static_cast<std::size_t>(cols / layout.block_elements);
+  const std::vector<std::byte> blocks = random_blocks(type, kRows * cols);
   const std::size_t row_bytes = blocks.size() / static_cast<std::size_t>(kRows);
-  std::vector<float> x(static_cast<std::size_t>(kCols));
+  std::vector<float> x(static_cast<std::size_t>(cols));
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
   std::vector<float> y(static_cast<std::size_t>(kRows));
   const amc::Q8DotKernel dot = amc::q8_dot_kernel(type);
@@ -130,12 +140,12 @@ void BM_Q8Matvec(benchmark::State& state, amc::GgmlType type) {
     amc::quantize_activations(x, xq);
     for (std::int64_t r = 0; r < kRows; ++r) {
       y[static_cast<std::size_t>(r)] =
-          dot(xq, blocks.data() + static_cast<std::size_t>(r) * row_bytes, kCols / 32);
+          dot(xq, blocks.data() + static_cast<std::size_t>(r) * row_bytes, per_row);
     }
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  state.SetItemsProcessed(state.iterations() * kRows * kCols);
+  state.SetItemsProcessed(state.iterations() * kRows * cols);
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(blocks.size()));
 }
 
@@ -171,7 +181,8 @@ void register_benchmarks() {
     benchmark::RegisterBenchmark(("Matvec/stored/" + std::string(amc::to_string(type))).c_str(),
                                  BM_QuantizedMatvec, type);
   }
-  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1}) {
+  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K,
+                              GgmlType::Q5_K, GgmlType::Q6_K}) {
     benchmark::RegisterBenchmark(("Matvec/stored-q8/" + std::string(amc::to_string(type))).c_str(),
                                  BM_Q8Matvec, type);
   }

@@ -234,6 +234,18 @@ inline void scale_min_k4(int j, const u8* __restrict q, u8& scale, u8& min) {
   }
 }
 
+/// The same for all 8 sub-blocks at once, a 32-bit word at a time (ggml's way): sub-block j's
+/// scale in byte j of `scales`, its min in byte j of `mins`.
+inline void k4_scale_bytes(const u8* __restrict q, std::uint64_t& scales, std::uint64_t& mins) {
+  u32 w[3];
+  std::memcpy(w, q, sizeof w);
+  constexpr u32 low6 = 0x3F3F3F3Fu, low4 = 0x0F0F0F0Fu, top2 = 0x03030303u;
+  const u32 high_scales = (w[2] & low4) | (((w[0] >> 6) & top2) << 4);
+  const u32 high_mins = ((w[2] >> 4) & low4) | (((w[1] >> 6) & top2) << 4);
+  scales = (w[0] & low6) | (std::uint64_t{high_scales} << 32);
+  mins = (w[1] & low6) | (std::uint64_t{high_mins} << 32);
+}
+
 /// The 8 sub-block scales d * scale and offsets dmin * min of a Q4_K/Q5_K super-block.
 inline void k4_scales(const u8* __restrict block, float* __restrict dl, float* __restrict ml) {
   const float d = half_to_float(load_u16(block));
@@ -253,6 +265,18 @@ inline void unpack_k_nibbles(const u8* __restrict qs, u8* __restrict q) {
     for (int l = 0; l < 32; ++l) {
       q[64 * g + l] = qs[32 * g + l] & 0x0F;
       q[64 * g + 32 + l] = static_cast<u8>(qs[32 * g + l] >> 4);
+    }
+  }
+}
+
+/// The 256 quants (0..31) of the Q5_K super-block at `in` in element order: its nibbles with
+/// the fifth bits of qh[32] (bit j of byte l for element l of sub-block j).
+inline void unpack_k5(const u8* __restrict in, u8* __restrict q) {
+  const auto* __restrict qh = in + 16;
+  unpack_k_nibbles(in + 48, q);
+  for (int j = 0; j < 8; ++j) {
+    for (int l = 0; l < 32; ++l) {
+      q[32 * j + l] = static_cast<u8>(q[32 * j + l] | (((qh[l] >> j) & 1) << 4));
     }
   }
 }
@@ -289,15 +313,27 @@ void q5_k(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
   for (std::size_t b = 0; b < blocks; ++b, in += 176, out += 256) {
     float dl[8], ml[8];
     k4_scales(in, dl, ml);
-    const auto* __restrict qh = in + 16;
     u8 q[256];
-    unpack_k_nibbles(in + 48, q);
-    for (int j = 0; j < 8; ++j) {
-      for (int l = 0; l < 32; ++l) {
-        q[32 * j + l] = static_cast<u8>(q[32 * j + l] | (((qh[l] >> j) & 1) << 4));
-      }
-    }
+    unpack_k5(in, q);
     emit_k4(q, dl, ml, out);
+  }
+}
+
+/// The 256 quants minus 32 (-32..31) of the Q6_K super-block at `in`, in element order (the
+/// layout: q6_k below).
+inline void unpack_q6_k(const u8* __restrict in, std::int8_t* __restrict q) {
+  for (int h = 0; h < 2; ++h) {
+    const auto* __restrict ql = in + 64 * h;
+    const auto* __restrict qh = in + 128 + 32 * h;
+    std::int8_t* __restrict y = q + 128 * h;
+    for (int l = 0; l < 32; ++l) {
+      const u32 high = qh[l];
+      y[l] = static_cast<std::int8_t>(((ql[l] & 0xFu) | ((high & 3u) << 4)) - 32u);
+      y[l + 32] = static_cast<std::int8_t>(((ql[l + 32] & 0xFu) | (((high >> 2) & 3u) << 4)) - 32u);
+      y[l + 64] = static_cast<std::int8_t>(((u32{ql[l]} >> 4) | (((high >> 4) & 3u) << 4)) - 32u);
+      y[l + 96] =
+          static_cast<std::int8_t>(((u32{ql[l + 32]} >> 4) | (((high >> 6) & 3u) << 4)) - 32u);
+    }
   }
 }
 
@@ -315,20 +351,7 @@ void q6_k(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
       s[k] = d * static_cast<float>(static_cast<std::int8_t>(in[192 + k]));
     }
     std::int8_t q[256];
-    for (int h = 0; h < 2; ++h) {
-      const auto* __restrict ql = in + 64 * h;
-      const auto* __restrict qh = in + 128 + 32 * h;
-      std::int8_t* __restrict y = q + 128 * h;
-      for (int l = 0; l < 32; ++l) {
-        const u32 high = qh[l];
-        y[l] = static_cast<std::int8_t>(((ql[l] & 0xFu) | ((high & 3u) << 4)) - 32u);
-        y[l + 32] =
-            static_cast<std::int8_t>(((ql[l + 32] & 0xFu) | (((high >> 2) & 3u) << 4)) - 32u);
-        y[l + 64] = static_cast<std::int8_t>(((u32{ql[l]} >> 4) | (((high >> 4) & 3u) << 4)) - 32u);
-        y[l + 96] =
-            static_cast<std::int8_t>(((u32{ql[l + 32]} >> 4) | (((high >> 6) & 3u) << 4)) - 32u);
-      }
-    }
+    unpack_q6_k(in, q);
     for (int k = 0; k < 16; ++k) {
       const float scale = s[k];
       const std::int8_t* __restrict qk = q + 16 * k;
@@ -497,25 +520,28 @@ void q4_k_avx2(const std::byte* in_bytes, Out* __restrict out, std::size_t block
   }
 }
 
+/// Bit j of each of Q5_K's 32 qh bytes moved to bit 4: the fifth bits of sub-block j (16-bit
+/// shifts: only bit 0 of each byte is kept after the first).
+inline __m256i k5_fifth_bits(__m256i qh, int j) {
+  const __m256i bit =
+      _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), _mm256_set1_epi8(1));
+  return _mm256_slli_epi16(bit, 4);
+}
+
 template <class Out>
 void q5_k_avx2(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
   const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
   const __m256i mask = _mm256_set1_epi8(0x0F);
-  const __m256i one = _mm256_set1_epi8(1);
   for (std::size_t b = 0; b < blocks; ++b, in += 176, out += 256) {
     float dl[8], ml[8];
     k4_scales(in, dl, ml);
     const __m256i qh = load32(in + 16);
     for (int g = 0; g < 4; ++g) {
       const __m256i raw = load32(in + 48 + 32 * g);
-      // Bit j of each qh byte to bit 4 (16-bit shifts: only bit 0 of each byte is kept).
-      const __m256i h1 = _mm256_slli_epi16(
-          _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), one), 4);
-      const __m256i h2 = _mm256_slli_epi16(
-          _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g + 1)), one), 4);
-      emit32_k4(_mm256_or_si256(_mm256_and_si256(raw, mask), h1), dl[2 * g], ml[2 * g],
-                out + 64 * g);
-      emit32_k4(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), mask), h2),
+      emit32_k4(_mm256_or_si256(_mm256_and_si256(raw, mask), k5_fifth_bits(qh, 2 * g)), dl[2 * g],
+                ml[2 * g], out + 64 * g);
+      emit32_k4(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), mask),
+                                k5_fifth_bits(qh, 2 * g + 1)),
                 dl[2 * g + 1], ml[2 * g + 1], out + 64 * g + 32);
     }
   }
@@ -966,9 +992,68 @@ constexpr std::size_t block_bytes(Kind kind) {
 // b % 8), added pairwise; the x86 kernels below keep the block's 8 partial integer sums apart
 // and scale each (one vector FMA per block, four accumulators), the offset terms summed apart;
 // the NEON ones form S as the plain loops do, four blocks to a vector.
+//
+// The k-quants against the activations' blocks of 32 (block j of a super-block's 256 values):
+// Q4_K and Q5_K are Q4_1 with decoded scales, sub-block j's values dl_j q - ml_j (dl_j = d sc_j,
+// ml_j = dmin m_j, exact in f32: 11 and 6 significant bits), so their term is
+// S_j (dl_j d_x) - ml_j (d_x sum_x) with S_j = sum q x_q. Q6_K's sub-blocks of 16 have their own
+// int8 scale, values dl_k (q - 32) with dl_k = d sc_k (exact: 11 + 8 bits): two sums S_k of 16
+// products per activation block, each times (dl_k d_x). The integer sums are exact: |S_j| <= 32 *
+// 31 * 127 = 125984 (Q5_K; 60960 for Q4_K), |S_k| <= 16 * 32 * 127 = 65024, |sum_x| <= 32 * 127
+// = 4064, all below 2^24, so their conversions to f32 are exact too. The plain loop sums the
+// terms of activation block j of every super-block into lane j of 8 (Q6_K: its two, in order),
+// added pairwise; the x86 kernels scale 8 partial integer sums per activation block (one FMA,
+// accumulator j % 4) and sum the min terms apart, lane j; the NEON ones form the sums S four to
+// a vector as the plain loop does (accumulator v % 2 for the v-th vector of a super-block), the
+// min terms in two accumulators of their own.
+
+/// Whether `kind` has super-blocks of 256 (the k-quants).
+constexpr bool k_quant(Kind kind) { return block_elements(kind) == 256; }
 
 template <Kind K>
-float q8_dot_generic(const Q8Activations& x, const std::byte* in_bytes, std::size_t blocks) {
+float q8_dot_k_generic(const Q8Activations& x, const std::byte* in_bytes, std::size_t blocks) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  constexpr std::size_t kBytes = block_bytes(K);
+  float lanes[8] = {};
+  for (std::size_t b = 0; b < blocks; ++b, in += kBytes) {
+    const std::int8_t* __restrict xq = x.q.data() + 256 * b;
+    const float* dx = x.scale.data() + 8 * b;
+    if constexpr (K == Kind::Q6_K) {
+      const float d = half_to_float(load_u16(in + 208));
+      std::int8_t q[256];
+      unpack_q6_k(in, q);
+      for (int k = 0; k < 16; ++k) {
+        std::int32_t sum = 0;
+        for (int i = 0; i < 16; ++i) sum += q[16 * k + i] * xq[16 * k + i];
+        const float dl = d * static_cast<float>(static_cast<std::int8_t>(in[192 + k]));
+        lanes[k / 2] += static_cast<float>(sum) * (dl * dx[k / 2]);
+      }
+    } else {
+      float dl[8], ml[8];
+      k4_scales(in, dl, ml);
+      u8 q[256];
+      if constexpr (K == Kind::Q4_K) {
+        unpack_k_nibbles(in + 16, q);
+      } else {
+        unpack_k5(in, q);
+      }
+      const std::int32_t* sum_x = x.sum.data() + 8 * b;
+      for (int j = 0; j < 8; ++j) {
+        std::int32_t sum = 0;
+        for (int l = 0; l < 32; ++l) sum += q[32 * j + l] * xq[32 * j + l];
+        lanes[j] += static_cast<float>(sum) * (dl[j] * dx[j]) -
+                    ml[j] * (dx[j] * static_cast<float>(sum_x[j]));
+      }
+    }
+  }
+  for (int width = 4; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  }
+  return lanes[0];
+}
+
+template <Kind K>
+float q8_dot_generic32(const Q8Activations& x, const std::byte* in_bytes, std::size_t blocks) {
   const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
   constexpr std::size_t kBytes = block_bytes(K);
   float lanes[8] = {};
@@ -997,6 +1082,16 @@ float q8_dot_generic(const Q8Activations& x, const std::byte* in_bytes, std::siz
     for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
   }
   return lanes[0];
+}
+
+/// The plain Q8 kernel of any type that has one.
+template <Kind K>
+float q8_dot_generic(const Q8Activations& x, const std::byte* in, std::size_t blocks) {
+  if constexpr (k_quant(K)) {
+    return q8_dot_k_generic<K>(x, in, blocks);
+  } else {
+    return q8_dot_generic32<K>(x, in, blocks);
+  }
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -1075,13 +1170,116 @@ __attribute__((always_inline)) inline float q8_dot_simd(const Q8Activations& x,
          (sum_accumulators(rest, z, z, z) + rest_tail);
 }
 
+/// acc + (partial sums, converted) * scale: one activation block's terms.
+inline __m256 add_scaled(__m256 acc, __m256i partial, __m256 scale) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(partial), scale, acc);
+}
+
+/// Q4_K, Q5_K and Q6_K: per activation block j of a super-block, `dot` gives 8 exact partial
+/// sums (lane i: elements 4i..4i+3), scaled by one FMA into accumulator j % 4. Q4_K and Q5_K:
+/// every lane's scale is dl_j d_x, and the min terms ml_j (d_x sum_x) are summed in a vector of
+/// their own (lane j), subtracted at the end (maddubs' 16-bit pairs cannot saturate: at most
+/// 2 * 31 * 127). Q6_K: its quants minus 32 are signed, so, as Q8_0's in q8_dot_simd, |w| times
+/// x with w's sign (pairs at most 2 * 32 * 127); lanes 0-3 (elements 0-15) take sub-block 2j's
+/// scale and lanes 4-7 sub-block 2j + 1's.
+template <Kind K, class Dot>
+__attribute__((always_inline)) inline float q8_dot_k_simd(const Q8Activations& x,
+                                                          const std::byte* in_bytes,
+                                                          std::size_t blocks, const Dot& dot) {
+  const auto* __restrict in = reinterpret_cast<const u8*>(in_bytes);
+  constexpr std::size_t kBytes = block_bytes(K);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  __m256 mins = _mm256_setzero_ps();
+  for (std::size_t b = 0; b < blocks; ++b, in += kBytes) {
+    const auto* xq = reinterpret_cast<const u8*>(x.q.data() + 256 * b);
+    const __m256 dx = _mm256_loadu_ps(x.scale.data() + 8 * b);
+    if constexpr (K == Kind::Q6_K) {
+      // dl_k d_x of sub-block k (activation block k / 2): k < 8 in scale[0], the rest in scale[1].
+      const __m256 d = _mm256_set1_ps(scale_f16(in + 208));
+      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 192));
+      const __m256 scale[2] = {
+          _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d),
+                        _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3))),
+          _mm256_mul_ps(
+              _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), d),
+              _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)))};
+      for (int h = 0; h < 2; ++h) {  // the layout of q6_k_avx2
+        const __m256i ql0 = load32(in + 64 * h);
+        const __m256i ql1 = load32(in + 64 * h + 32);
+        const __m256i qh = load32(in + 128 + 32 * h);
+        const __m256i nibble[4] = {_mm256_and_si256(ql0, low4), _mm256_and_si256(ql1, low4),
+                                   _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                   _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4)};
+        for (int k = 0; k < 4; ++k) {  // activation block 4h + k
+          const __m256i top = _mm256_slli_epi16(
+              _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), _mm256_set1_epi8(3)),
+              4);
+          const __m256i w = _mm256_sub_epi8(_mm256_or_si256(nibble[k], top), _mm256_set1_epi8(32));
+          const __m256i xv = load32(xq + 128 * h + 32 * k);
+          const __m256i partial = dot(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
+          const __m256 block_scale = _mm256_permutevar8x32_ps(
+              scale[h], _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1,
+                                          2 * k + 1, 2 * k + 1));
+          acc[k] = add_scaled(acc[k], partial, block_scale);
+        }
+      }
+    } else {
+      std::uint64_t scale_bytes, min_bytes;
+      k4_scale_bytes(in + 4, scale_bytes, min_bytes);
+      const auto widen = [](std::uint64_t bytes) {
+        return _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(bytes))));
+      };
+      const __m256 dl = _mm256_mul_ps(widen(scale_bytes), _mm256_set1_ps(scale_f16(in)));
+      const __m256 ml = _mm256_mul_ps(widen(min_bytes), _mm256_set1_ps(scale_f16(in + 2)));
+      // Each activation block's scale broadcast from memory (a load) rather than shuffled out.
+      alignas(32) float scale[8];
+      _mm256_store_ps(scale, _mm256_mul_ps(dl, dx));
+      const __m256 sum_x = _mm256_cvtepi32_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sum.data() + 8 * b)));
+      mins = _mm256_fmadd_ps(ml, _mm256_mul_ps(dx, sum_x), mins);
+      const u8* qs = in + (K == Kind::Q4_K ? 16 : 48);
+      for (int g = 0; g < 4; ++g) {  // sub-blocks 2g (low nibbles) and 2g + 1 (high)
+        const __m256i raw = load32(qs + 32 * g);
+        __m256i q0 = _mm256_and_si256(raw, low4);
+        __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        if constexpr (K == Kind::Q5_K) {
+          const __m256i qh = load32(in + 16);
+          q0 = _mm256_or_si256(q0, k5_fifth_bits(qh, 2 * g));
+          q1 = _mm256_or_si256(q1, k5_fifth_bits(qh, 2 * g + 1));
+        }
+        acc[(2 * g) % 4] = add_scaled(acc[(2 * g) % 4], dot(q0, load32(xq + 64 * g)),
+                                      _mm256_broadcast_ss(scale + 2 * g));
+        acc[(2 * g + 1) % 4] = add_scaled(acc[(2 * g + 1) % 4], dot(q1, load32(xq + 64 * g + 32)),
+                                          _mm256_broadcast_ss(scale + 2 * g + 1));
+      }
+    }
+  }
+  const __m256 z = _mm256_setzero_ps();
+  return sum_accumulators(acc[0], acc[1], acc[2], acc[3]) - sum_accumulators(mins, z, z, z);
+}
+
+/// The x86 Q8 kernel of K with the integer dot product `dot`: q8_dot_k_simd for the k-quants,
+/// q8_dot_simd for the blocks of 32.
+template <Kind K, class Dot>
+__attribute__((always_inline)) inline float q8_dot_x86(const Q8Activations& x, const std::byte* in,
+                                                       std::size_t blocks, const Dot& dot) {
+  if constexpr (k_quant(K)) {
+    return q8_dot_k_simd<K>(x, in, blocks, dot);
+  } else {
+    return q8_dot_simd<K>(x, in, blocks, dot);
+  }
+}
+
 inline __m256i dot_maddubs(__m256i q, __m256i xq) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), _mm256_set1_epi16(1));
 }
 
 template <Kind K>
 float q8_dot_avx2(const Q8Activations& x, const std::byte* in, std::size_t blocks) {
-  return q8_dot_simd<K>(x, in, blocks, dot_maddubs);
+  return q8_dot_x86<K>(x, in, blocks, dot_maddubs);
 }
 #endif  // __AVX2__ && __FMA__
 
@@ -1092,7 +1290,7 @@ template <Kind K>
 __attribute__((target("avx512vl,avx512vnni"))) float q8_dot_vnni(const Q8Activations& x,
                                                                  const std::byte* in,
                                                                  std::size_t blocks) {
-  return q8_dot_simd<K>(
+  return q8_dot_x86<K>(
       x, in, blocks, [](__m256i q, __m256i xq) __attribute__((target("avx512vl,avx512vnni"))) {
         return _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xq);
       });
@@ -1181,18 +1379,126 @@ __attribute__((always_inline)) inline float q8_dot_neon_loop(const Q8Activations
   return vaddvq_f32(vaddq_f32(acc[0], acc[1]));
 }
 
-/// Baseline NEON: SMULL into 16-bit products (|w x| <= 128 * 128 fits), SADALP adding their
-/// pairs into the 32-bit lanes.
-inline int32x4_t dot_widening(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1) {
-  int32x4_t sums = vpaddlq_s16(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)));
-  sums = vpadalq_s16(sums, vmull_high_s8(w0, x0));
-  sums = vpadalq_s16(sums, vmull_s8(vget_low_s8(w1), vget_low_s8(x1)));
-  return vpadalq_s16(sums, vmull_high_s8(w1, x1));
+/// Q4_K, Q5_K and Q6_K with NEON, per super-block: the exact integer sums of its sub-blocks,
+/// four to a vector (lane t: sub-block 4v + t; Q4_K's and Q5_K's of 32 through `dot`, Q6_K's of
+/// 16 through `dot.half`), equal to the generic kernel's, then scaled in f32 by one FMA per
+/// vector into accumulator v % 2; Q4_K's and Q5_K's min terms ml_j (d_x sum_x) into two
+/// accumulators of their own, subtracted at the end. The quants are small enough (0..31, or
+/// -32..31 for Q6_K) to be int8 as they are.
+template <Kind K, class Dot>
+__attribute__((always_inline)) inline float q8_dot_k_neon_loop(const Q8Activations& x,
+                                                               const std::byte* in_bytes,
+                                                               std::size_t blocks, const Dot& dot) {
+  const auto* in = reinterpret_cast<const u8*>(in_bytes);
+  constexpr std::size_t kBytes = block_bytes(K);
+  const auto s8 = [](uint8x16_t q) { return vreinterpretq_s8_u8(q); };
+  float32x4_t acc[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+  float32x4_t mins[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+  for (std::size_t b = 0; b < blocks; ++b, in += kBytes) {
+    const std::int8_t* xq = x.q.data() + 256 * b;
+    const float* dx = x.scale.data() + 8 * b;
+    if constexpr (K == Kind::Q6_K) {
+      const float32x4_t d = vdupq_n_f32(scale_f16(in + 208));
+      float32x4_t scale[4];  // dl_k = d sc_k, sub-blocks 4v..4v+3 in scale[v]
+      widen16(vld1q_s8(reinterpret_cast<const std::int8_t*>(in + 192)), scale,
+              [&](float32x4_t sc) { return vmulq_f32(sc, d); });
+      for (int h = 0; h < 2; ++h) {  // the layout of q6_k: sub-blocks 8h..8h+7
+        const u8* ql = in + 64 * h;
+        const u8* qh = in + 128 + 32 * h;
+        int32x4_t partial[8];  // sub-block 8h + 2k + p: elements 16p..16p+15 of activation block
+                               // 4h + k
+        for (int p = 0; p < 2; ++p) {
+          const uint8x16_t l0 = vld1q_u8(ql + 16 * p), l1 = vld1q_u8(ql + 32 + 16 * p);
+          const uint8x16_t high = vld1q_u8(qh + 16 * p);
+          const uint8x16_t nibble[4] = {low_nibbles(l0), low_nibbles(l1), high_nibbles(l0),
+                                        high_nibbles(l1)};
+          for (int k = 0; k < 4; ++k) {
+            // Bits 2k, 2k + 1 of qh to bits 4, 5 (a shift by a negative count shifts right).
+            const uint8x16_t top =
+                vshlq_n_u8(vandq_u8(vshlq_u8(high, vdupq_n_s8(static_cast<std::int8_t>(-2 * k))),
+                                    vdupq_n_u8(3)),
+                           4);
+            const int8x16_t w = vsubq_s8(s8(vorrq_u8(nibble[k], top)), vdupq_n_s8(32));
+            partial[2 * k + p] = dot.half(w, vld1q_s8(xq + 128 * h + 32 * k + 16 * p));
+          }
+        }
+        const float32x4_t dxh = vld1q_f32(dx + 4 * h);
+        for (int v = 0; v < 2; ++v) {  // sub-blocks 8h + 4v + t, activation block 4h + 2v + t / 2
+          const int32x4_t sums = vpaddq_s32(vpaddq_s32(partial[4 * v], partial[4 * v + 1]),
+                                            vpaddq_s32(partial[4 * v + 2], partial[4 * v + 3]));
+          const float32x4_t dxv = v == 0 ? vzip1q_f32(dxh, dxh) : vzip2q_f32(dxh, dxh);
+          acc[v] = vfmaq_f32(acc[v], vcvtq_f32_s32(sums), vmulq_f32(scale[2 * h + v], dxv));
+        }
+      }
+    } else {
+      // dl and ml of sub-blocks 4v..4v+3 in dl[v] and ml[v].
+      std::uint64_t scale_bytes, min_bytes;
+      k4_scale_bytes(in + 4, scale_bytes, min_bytes);
+      const float32x4_t d = vdupq_n_f32(scale_f16(in)), dmin = vdupq_n_f32(scale_f16(in + 2));
+      const uint16x8_t sc = vmovl_u8(vcreate_u8(scale_bytes)), mn = vmovl_u8(vcreate_u8(min_bytes));
+      const float32x4_t dl[2] = {vmulq_f32(vcvtq_f32_u32(vmovl_u16(vget_low_u16(sc))), d),
+                                 vmulq_f32(vcvtq_f32_u32(vmovl_high_u16(sc)), d)};
+      const float32x4_t ml[2] = {vmulq_f32(vcvtq_f32_u32(vmovl_u16(vget_low_u16(mn))), dmin),
+                                 vmulq_f32(vcvtq_f32_u32(vmovl_high_u16(mn)), dmin)};
+      const u8* qs = in + (K == Kind::Q4_K ? 16 : 48);
+      for (int v = 0; v < 2; ++v) {  // sub-blocks 4v..4v+3
+        int32x4_t partial[4];
+        for (int i = 0; i < 2; ++i) {  // sub-blocks 2g (low nibbles) and 2g + 1 (high)
+          const int g = 2 * v + i;
+          const uint8x16_t r0 = vld1q_u8(qs + 32 * g), r1 = vld1q_u8(qs + 32 * g + 16);
+          uint8x16_t q[4] = {low_nibbles(r0), low_nibbles(r1), high_nibbles(r0), high_nibbles(r1)};
+          if constexpr (K == Kind::Q5_K) {  // bit j of qh[l] to bit 4 of element l of sub-block j
+            const uint8x16_t h0 = vld1q_u8(in + 16), h1 = vld1q_u8(in + 32);
+            const uint8x16_t fifth = vdupq_n_u8(0x10);
+            for (int t = 0; t < 2; ++t) {
+              const uint8x16_t bit = vdupq_n_u8(static_cast<u8>(1u << (2 * g + t)));
+              q[2 * t] = vorrq_u8(q[2 * t], vandq_u8(vtstq_u8(h0, bit), fifth));
+              q[2 * t + 1] = vorrq_u8(q[2 * t + 1], vandq_u8(vtstq_u8(h1, bit), fifth));
+            }
+          }
+          const std::int8_t* xg = xq + 64 * g;
+          partial[2 * i] = dot(s8(q[0]), s8(q[1]), vld1q_s8(xg), vld1q_s8(xg + 16));
+          partial[2 * i + 1] = dot(s8(q[2]), s8(q[3]), vld1q_s8(xg + 32), vld1q_s8(xg + 48));
+        }
+        const int32x4_t sums =
+            vpaddq_s32(vpaddq_s32(partial[0], partial[1]), vpaddq_s32(partial[2], partial[3]));
+        const float32x4_t dxv = vld1q_f32(dx + 4 * v);
+        const float32x4_t sum_x = vcvtq_f32_s32(vld1q_s32(x.sum.data() + 8 * b + 4 * v));
+        acc[v] = vfmaq_f32(acc[v], vcvtq_f32_s32(sums), vmulq_f32(dl[v], dxv));
+        mins[v] = vfmaq_f32(mins[v], ml[v], vmulq_f32(dxv, sum_x));
+      }
+    }
+  }
+  return vaddvq_f32(vaddq_f32(acc[0], acc[1])) - vaddvq_f32(vaddq_f32(mins[0], mins[1]));
 }
+
+/// The NEON Q8 kernel of K with the integer dot product `dot`.
+template <Kind K, class Dot>
+__attribute__((always_inline)) inline float q8_dot_neon_of(const Q8Activations& x,
+                                                           const std::byte* in, std::size_t blocks,
+                                                           const Dot& dot) {
+  if constexpr (k_quant(K)) {
+    return q8_dot_k_neon_loop<K>(x, in, blocks, dot);
+  } else {
+    return q8_dot_neon_loop<K>(x, in, blocks, dot);
+  }
+}
+
+/// Baseline NEON: SMULL into 16-bit products (|w x| <= 128 * 128 fits), SADALP adding their
+/// pairs into the 32-bit lanes. `half`: the same over 16 quants (Q6_K's sub-blocks).
+struct DotWidening {
+  int32x4_t operator()(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1) const {
+    return vpadalq_s16(vpadalq_s16(half(w0, x0), vmull_s8(vget_low_s8(w1), vget_low_s8(x1))),
+                       vmull_high_s8(w1, x1));
+  }
+  int32x4_t half(int8x16_t w, int8x16_t x) const {
+    return vpadalq_s16(vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x))), vmull_high_s8(w, x));
+  }
+};
 
 template <Kind K>
 float q8_dot_neon(const Q8Activations& x, const std::byte* in, std::size_t blocks) {
-  return q8_dot_neon_loop<K>(x, in, blocks, dot_widening);
+  return q8_dot_neon_of<K>(x, in, blocks, DotWidening{});
 }
 
 /// With the Armv8.2 dot product (SDOT: four products summed into each 32-bit lane in one
@@ -1220,18 +1526,22 @@ struct DotSdot {
                                           int8x16_t x1) const {
     return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, x0), w1, x1);
   }
+  AMC_DOTPROD_TARGET int32x4_t half(int8x16_t w, int8x16_t x) const {
+    return vdotq_s32(vdupq_n_s32(0), w, x);
+  }
 };
 
 template <Kind K>
 AMC_DOTPROD_TARGET float q8_dot_dotprod(const Q8Activations& x, const std::byte* in,
                                         std::size_t blocks) {
-  return q8_dot_neon_loop<K>(x, in, blocks, DotSdot{});
+  return q8_dot_neon_of<K>(x, in, blocks, DotSdot{});
 }
 #undef AMC_DOTPROD_TARGET
 #endif  // AMC_DOTPROD_KERNELS
 #endif  // AMC_DEQUANT_NEON_KERNELS
 
-/// Pick<K>::kernel for the three types with 8-bit activation kernels, null for the others.
+/// Pick<K>::kernel for the six types with 8-bit activation kernels (Q8_0, Q4_0, Q4_1, Q4_K,
+/// Q5_K, Q6_K), null for the others.
 template <template <Kind> class Pick>
 constexpr Q8Kernel q8_kernel_of(Kind kind) {
   switch (kind) {
@@ -1241,6 +1551,12 @@ constexpr Q8Kernel q8_kernel_of(Kind kind) {
       return Pick<Kind::Q4_0>::kernel;
     case Kind::Q4_1:
       return Pick<Kind::Q4_1>::kernel;
+    case Kind::Q4_K:
+      return Pick<Kind::Q4_K>::kernel;
+    case Kind::Q5_K:
+      return Pick<Kind::Q5_K>::kernel;
+    case Kind::Q6_K:
+      return Pick<Kind::Q6_K>::kernel;
     default:
       return nullptr;
   }

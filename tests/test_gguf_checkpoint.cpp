@@ -5,6 +5,7 @@
 // config from metadata; every refusal with its message.
 #include <amc/error.hpp>
 #include <amc/io/gguf.hpp>
+#include <amc/io/gguf_quants.hpp>
 #include <amc/io/safetensors.hpp>
 
 #include <algorithm>
@@ -14,12 +15,15 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "catch.hpp"
 #include "transformer/checkpoint.hpp"
 #include "transformer/config.hpp"
+#include "transformer/linear.hpp"
 #include "transformer/model.hpp"
 #include "transformer/synth.hpp"
 #include "transformer_test_support.hpp"
@@ -477,4 +481,75 @@ TEST_CASE("a GGUF file whose tensors disagree with its config is refused by tens
                         }
                       })),
                       AMC_CONTAINS("tensor 'blk.0.ffn_norm.weight' has type I32"));
+}
+
+TEST_CASE("8-bit activations: rows of every type with a Q8 kernel go through it, others not",
+          "[gguf]") {
+  // --activations q8 on stored blocks (matvec_q8): a stack of Q4_K, Q5_0, Q6_K, Q5_K, Q8_0 and
+  // Q4_1 matrices of 512 columns (two super-blocks a row). The k-quant rows and Q8_0's and
+  // Q4_1's must give exactly amc::q8_dot_kernel's value on the quantized activations (plus the
+  // bias), Q5_0's (no 8-bit kernel) exactly amc::quantized_dot's on the f32 ones; rows outside
+  // [begin, end) are not written. No synthetic GGUF checkpoint has k-quant matrices
+  // (checkpoint-to-gguf writes Q8_0 and Q4_0, the test's hidden sizes are not multiples of 256),
+  // so this checks the dispatch directly; the kernels' arithmetic is test_gguf_quants's.
+  constexpr std::int64_t cols = 512;
+  std::mt19937 rng(35);
+  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::Q6_K,
+                            GgmlType::Q5_K, GgmlType::Q8_0, GgmlType::Q4_1};
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<Matrix> matrices;
+  bytes.reserve(std::size(types));
+  for (const GgmlType type : types) {
+    const amc::GgmlTypeLayout layout = *amc::ggml_type_layout(static_cast<std::uint32_t>(type));
+    const auto row_bytes =
+        static_cast<std::size_t>(cols / layout.block_elements * layout.block_bytes);
+    constexpr std::int64_t rows = 3;
+    std::vector<std::byte>& b = bytes.emplace_back(rows * row_bytes);
+    for (std::byte& v : b) v = static_cast<std::byte>(rng() & 0xFF);
+    // Every f16 scale field (d, dmin or m at bytes 0 and 2 of a block; Q6_K's d at 208) finite:
+    // exponent 01000 (2^-7), sign and low mantissa bits random.
+    const std::size_t blocks = b.size() / static_cast<std::size_t>(layout.block_bytes);
+    for (std::size_t k = 0; k < blocks; ++k) {
+      std::byte* block = b.data() + k * static_cast<std::size_t>(layout.block_bytes);
+      for (const int at : type == GgmlType::Q6_K ? std::vector<int>{208} : std::vector<int>{0, 2})
+        block[at + 1] = (block[at + 1] & std::byte{0x83}) | std::byte{0x20};
+    }
+    matrices.push_back({.data = b.data(),
+                        .rows = rows,
+                        .cols = cols,
+                        .blocks = type,
+                        .block_row_bytes = row_bytes});
+  }
+  std::vector<const Matrix*> parts;
+  for (const Matrix& m : matrices) parts.push_back(&m);
+  const Stack stack{parts};
+  CHECK(has_q8_kernel(stack));
+  CHECK_FALSE(has_q8_kernel(Stack{std::span(parts).subspan(1, 1)}));  // Q5_0 alone
+
+  std::vector<float> x(cols), bias(static_cast<std::size_t>(stack.rows()));
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (float& v : x) v = uniform(rng);
+  for (float& v : bias) v = uniform(rng);
+  amc::Q8Activations xq;
+  amc::quantize_activations(x, xq);
+  const std::int64_t begin = 1, end = stack.rows() - 1;
+  std::vector<float> y(bias.size(), -999.0f);
+  matvec_q8(stack, x.data(), xq, bias.data(), begin, end, y.data());
+  CHECK(y.front() == -999.0f);
+  CHECK(y.back() == -999.0f);
+  std::int64_t r = 0;
+  for (const Matrix& m : matrices) {
+    const amc::GgmlTypeLayout layout =
+        *amc::ggml_type_layout(static_cast<std::uint32_t>(*m.blocks));
+    const auto blocks = static_cast<std::size_t>(cols / layout.block_elements);
+    for (std::int64_t i = 0; i < m.rows; ++i, ++r) {
+      if (r < begin || r >= end) continue;
+      const auto* row = static_cast<const std::byte*>(m.row(i));
+      const bool q8 = *m.blocks != GgmlType::Q5_0;
+      const float dot = q8 ? amc::q8_dot_kernel(*m.blocks)(xq, row, blocks)
+                           : amc::quantized_dot_kernel(*m.blocks)(x.data(), row, blocks);
+      INFO(amc::to_string(*m.blocks) << " row " << i);
+      CHECK(y[static_cast<std::size_t>(r)] == dot + bias[static_cast<std::size_t>(r)]);
+    }
+  }
 }

@@ -60,6 +60,41 @@ std::uint16_t u16_at(const std::vector<std::uint8_t>& b, std::size_t at) {
   return static_cast<std::uint16_t>(b[at] | (b[at + 1] << 8));
 }
 
+/// Element e of a Q4_K, Q5_K or Q6_K super-block starting at `at`, by hand, in its two parts:
+/// the scaled quant d * scale * q (Q6_K: d * scale * (q - 32)) and the offset -dmin * min (0
+/// for Q6_K). Both are exact in double.
+struct KParts {
+  double scaled;
+  double offset;
+};
+
+KParts k_parts(GgmlType type, const std::vector<std::uint8_t>& b, std::size_t at, int e) {
+  if (type == GgmlType::Q6_K) {
+    const int half = e / 128, r = e % 128, k = r / 32, l = r % 32;
+    const std::uint8_t low_byte = b[at + 64 * half + l + 32 * (k % 2)];
+    const int low = k < 2 ? low_byte & 15 : low_byte >> 4;
+    const int high = (b[at + 128 + 32 * half + l] >> (2 * k)) & 3;
+    const int scale = static_cast<std::int8_t>(b[at + 192 + e / 16]);
+    return {f16_value(u16_at(b, at + 208)) * scale * ((low | (high << 4)) - 32), 0.0};
+  }
+  const bool five = type == GgmlType::Q5_K;
+  const int sub = e / 32;  // sub-block 0..7
+  const int group = e / 64, within = e % 32;
+  const std::uint8_t* s = &b[at + 4];
+  int scale = 0, min = 0;
+  if (sub < 4) {
+    scale = s[sub] & 63;
+    min = s[sub + 4] & 63;
+  } else {
+    scale = (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4);
+    min = (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4);
+  }
+  const std::uint8_t byte = b[at + (five ? 48 : 16) + 32 * group + within];
+  int q = sub % 2 == 0 ? byte & 15 : byte >> 4;
+  if (five) q += 16 * ((b[at + 16 + within] >> sub) & 1);
+  return {f16_value(u16_at(b, at)) * scale * q, -f16_value(u16_at(b, at + 2)) * min};
+}
+
 /// The expected value of element e of a block starting at `at` (every type, by hand).
 double reference(GgmlType type, const std::vector<std::uint8_t>& b, std::size_t at, int e) {
   switch (type) {
@@ -87,31 +122,10 @@ double reference(GgmlType type, const std::vector<std::uint8_t>& b, std::size_t 
       return one ? q * d + f16_value(u16_at(b, at + 2)) : (q - 16) * d;
     }
     case GgmlType::Q4_K:
-    case GgmlType::Q5_K: {
-      const bool five = type == GgmlType::Q5_K;
-      const int sub = e / 32;  // sub-block 0..7
-      const int group = e / 64, within = e % 32;
-      const std::uint8_t* s = &b[at + 4];
-      int scale = 0, min = 0;
-      if (sub < 4) {
-        scale = s[sub] & 63;
-        min = s[sub + 4] & 63;
-      } else {
-        scale = (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4);
-        min = (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4);
-      }
-      const std::uint8_t byte = b[at + (five ? 48 : 16) + 32 * group + within];
-      int q = sub % 2 == 0 ? byte & 15 : byte >> 4;
-      if (five) q += 16 * ((b[at + 16 + within] >> sub) & 1);
-      return f16_value(u16_at(b, at)) * scale * q - f16_value(u16_at(b, at + 2)) * min;
-    }
+    case GgmlType::Q5_K:
     case GgmlType::Q6_K: {
-      const int half = e / 128, r = e % 128, k = r / 32, l = r % 32;
-      const std::uint8_t low_byte = b[at + 64 * half + l + 32 * (k % 2)];
-      const int low = k < 2 ? low_byte & 15 : low_byte >> 4;
-      const int high = (b[at + 128 + 32 * half + l] >> (2 * k)) & 3;
-      const int scale = static_cast<std::int8_t>(b[at + 192 + e / 16]);
-      return f16_value(u16_at(b, at + 208)) * scale * ((low | (high << 4)) - 32);
+      const KParts p = k_parts(type, b, at, e);
+      return type == GgmlType::Q6_K ? p.scaled : p.scaled + p.offset;  // -0 stays -0
     }
     default:
       FAIL("no reference for this type");
@@ -613,8 +627,10 @@ TEST_CASE("q8_dot: Q8_0, Q4_0, Q4_1 against the quantized activations' products 
       check_q8_dot(type, blocks, amc::q8_dot_kernel(type));
     }
   }
-  REQUIRE_THROWS_WITH(amc::q8_dot_kernel(GgmlType::Q6_K),
-                      AMC_CONTAINS("amc::q8_dot_kernel: type Q6_K has no 8-bit activation kernel"));
+  REQUIRE_THROWS_WITH(amc::q8_dot_kernel(GgmlType::Q5_0),
+                      AMC_CONTAINS("amc::q8_dot_kernel: type Q5_0 has no 8-bit activation kernel"));
+  REQUIRE_THROWS_WITH(amc::q8_dot_kernel(GgmlType::Q2_K),
+                      AMC_CONTAINS("amc::q8_dot_kernel: type Q2_K has no 8-bit activation kernel"));
 }
 
 // --- Every table's kernels, one by one ---------------------------------------------------------
@@ -645,6 +661,11 @@ std::size_t kind_index(GgmlType type) {
 }
 
 const GgmlType q8_types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1};
+/// The k-quants' Q8 kernels (super-blocks of 256 against 8 activation blocks of 32 each).
+const GgmlType k_q8_types[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+/// Every type with a Q8 kernel.
+const GgmlType all_q8_types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,
+                                 GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
 const DequantTable* table_named(std::string_view name) {
   for (const DequantTable* table : amc::dequant::available_tables()) {
@@ -693,9 +714,14 @@ TEST_CASE("dequant tables: one per instruction set of the operators, each comple
       CHECK(table->to_bf16[k] != nullptr);
       CHECK(table->dot[k] != nullptr);
     }
-    for (const GgmlType type : q8_types) {
+    for (const GgmlType type : all_q8_types) {
+      INFO(amc::to_string(type));
       CHECK(table->q8_dot[kind_index(type)] != nullptr);
       CHECK((table->q8_dot_extension[kind_index(type)] != nullptr) == !table->extension.empty());
+    }
+    for (const GgmlType type : {GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::F16}) {
+      CHECK(table->q8_dot[kind_index(type)] == nullptr);
+      CHECK(table->q8_dot_extension[kind_index(type)] == nullptr);
     }
   }
 #if defined(__aarch64__)
@@ -726,7 +752,8 @@ TEST_CASE("q8_dot_kernel: the active table's kernel, with its extension where th
   REQUIRE(active != nullptr);
   const bool extension = amc::dequant::cpu_has_extension(*active);
   INFO("table " << active->name << (extension ? " with " : " without ") << "its extension");
-  for (const GgmlType type : q8_types) {
+  for (const GgmlType type : all_q8_types) {
+    INFO(amc::to_string(type));
     const std::size_t k = kind_index(type);
     CHECK(amc::q8_dot_kernel(type) ==
           (extension ? active->q8_dot_extension[k] : active->q8_dot[k]));
@@ -931,6 +958,272 @@ TEST_CASE("q8_dot: every kernel's integer sums are exact, equal to the generic k
                         blocks, [&](std::size_t, int) { return x_quant(rng()); },
                         [&](std::size_t b) { return dx[b]; }),
                     0.25);
+      }
+    }
+  }
+}
+
+// --- The k-quants' Q8 kernels ------------------------------------------------------------------
+// Q4_K, Q5_K and Q6_K super-blocks of 256 against 8 activation blocks of 32, on every table and
+// extension this CPU runs, against the products in double of the weights decoded by hand
+// (k_parts, from the layout alone) and the activations' values d_x q_x.
+
+namespace {
+
+/// Super-blocks of `type` built from their fields, encoded by hand from the layout
+/// (ggml-common.h): f16 bits d(b) and, for Q4_K/Q5_K, dmin(b); sub-block scale(b, j) and min(b, j)
+/// (6 bits, j < 8) or, for Q6_K, scale(b, j) (int8, j < 16); the stored quant(b, e) of element e
+/// (0..15, 0..31, or Q6_K's 0..63, which the format offsets by -32).
+std::vector<std::uint8_t> make_k_blocks(GgmlType type, std::size_t blocks,
+                                        const std::function<std::uint16_t(std::size_t)>& d,
+                                        const std::function<std::uint16_t(std::size_t)>& dmin,
+                                        const std::function<int(std::size_t, int)>& scale,
+                                        const std::function<int(std::size_t, int)>& min,
+                                        const std::function<int(std::size_t, int)>& quant) {
+  const Layout layout = layout_of(type);
+  std::vector<std::uint8_t> bytes(blocks * static_cast<std::size_t>(layout.bytes));
+  for (std::size_t b = 0; b < blocks; ++b) {
+    std::uint8_t* block = bytes.data() + b * static_cast<std::size_t>(layout.bytes);
+    const auto put16 = [&](int at, std::uint16_t bits) {
+      block[at] = static_cast<std::uint8_t>(bits & 0xFF);
+      block[at + 1] = static_cast<std::uint8_t>(bits >> 8);
+    };
+    if (type == GgmlType::Q6_K) {
+      put16(208, d(b));
+      for (int k = 0; k < 16; ++k) block[192 + k] = static_cast<std::uint8_t>(scale(b, k));
+      for (int e = 0; e < 256; ++e) {
+        const int q = quant(b, e), half = e / 128, k = (e % 128) / 32, l = e % 32;
+        std::uint8_t& low = block[64 * half + 32 * (k % 2) + l];
+        low = static_cast<std::uint8_t>(low | (k < 2 ? q & 15 : (q & 15) << 4));
+        block[128 + 32 * half + l] |= static_cast<std::uint8_t>((q >> 4) << (2 * k));
+      }
+      continue;
+    }
+    put16(0, d(b));
+    put16(2, dmin(b));
+    std::uint8_t* s = block + 4;
+    for (int j = 0; j < 8; ++j) {
+      const int sc = scale(b, j), m = min(b, j);
+      if (j < 4) {
+        s[j] = static_cast<std::uint8_t>(s[j] | sc);
+        s[j + 4] = static_cast<std::uint8_t>(s[j + 4] | m);
+      } else {
+        s[j + 4] = static_cast<std::uint8_t>((sc & 15) | ((m & 15) << 4));
+        s[j - 4] = static_cast<std::uint8_t>(s[j - 4] | ((sc >> 4) << 6));
+        s[j] = static_cast<std::uint8_t>(s[j] | ((m >> 4) << 6));
+      }
+    }
+    const bool five = type == GgmlType::Q5_K;
+    std::uint8_t* qs = block + (five ? 48 : 16);
+    for (int e = 0; e < 256; ++e) {
+      const int q = quant(b, e), j = e / 32, l = e % 32;
+      qs[32 * (j / 2) + l] |= static_cast<std::uint8_t>(j % 2 == 0 ? q & 15 : (q & 15) << 4);
+      if (five) block[16 + l] |= static_cast<std::uint8_t>((q >> 4) << j);
+    }
+  }
+  return bytes;
+}
+
+/// The exact <w, x> in double and the magnitude M that bounds every term and partial sum a
+/// kernel forms: sum over elements of (|d sc q| + |dmin m|) |d_x q_x|, the scaled quants and
+/// the offsets apart because the kernels sum them apart (they cancel in w).
+struct KExpected {
+  double exact = 0.0;
+  double magnitude = 0.0;
+};
+
+KExpected k_expected(GgmlType type, const std::vector<std::uint8_t>& weights,
+                     const amc::Q8Activations& x) {
+  const auto bytes = static_cast<std::size_t>(layout_of(type).bytes);
+  KExpected out;
+  for (std::size_t b = 0; b < x.blocks() / 8; ++b) {
+    for (int e = 0; e < 256; ++e) {
+      const std::size_t i = 256 * b + static_cast<std::size_t>(e);
+      const double xv = x.q[i] * static_cast<double>(x.scale[i / 32]);
+      const KParts p = k_parts(type, weights, b * bytes, e);
+      out.exact += (p.scaled + p.offset) * xv;
+      out.magnitude += (std::abs(p.scaled) + std::abs(p.offset)) * std::abs(xv);
+    }
+  }
+  return out;
+}
+
+/// A k-quant Q8 kernel against k_expected, within the f32 roundings. The integer sums are exact
+/// (the kernels' bounds: below 2^24), so only f32 rounds: each term (a sub-block's scaled sum;
+/// Q4_K/Q5_K's min term of a sub-block) carries at most three roundings (the scale's product
+/// with d_x, its product with the sum, and the difference of the two terms in the plain loop),
+/// and then passes through fewer additions than there are terms T (16 per super-block at most)
+/// plus the final reductions and the subtraction of the min terms (at most 8 in every kernel's
+/// order): |got - exact| <= (T + 11) u M to first order, u = 2^-24, each term being at most
+/// its share of M. Tested at (T + 16) u M.
+void check_k_dot(GgmlType type, const std::vector<std::uint8_t>& weights,
+                 const amc::Q8Activations& x, amc::Q8DotKernel kernel, const std::string& what) {
+  const std::size_t blocks = x.blocks() / 8;
+  const KExpected want = k_expected(type, weights, x);
+  const float got = kernel(x, reinterpret_cast<const std::byte*>(weights.data()), blocks);
+  const double bound = (16.0 * static_cast<double>(blocks) + 16.0) * 0x1p-24 * want.magnitude;
+  INFO(what << ": " << amc::to_string(type) << ", " << blocks << " super-blocks: got " << got
+            << ", exact " << want.exact << ", bound " << bound);
+  CHECK(std::abs(static_cast<double>(got) - want.exact) <= bound);
+}
+
+/// Activations with random quants in [-127, 127] and random scales in [2^-10, 2^2).
+amc::Q8Activations random_k_activations(std::size_t blocks) {
+  std::uniform_int_distribution<int> quant(-127, 127);
+  std::uniform_real_distribution<float> scale(0x1p-10f, 4.0f);
+  return make_activations(
+      8 * blocks, [&](std::size_t, int) { return quant(rng()); },
+      [&](std::size_t) { return scale(rng()); });
+}
+
+/// Random super-blocks: random bytes (every 6-bit scale and min, quant and fifth bit, Q6_K's
+/// int8 scales), f16 d and dmin finite (finite_blocks), and in every third super-block the
+/// scales and mins of three sub-blocks forced to the 6-bit maximum 63 (Q6_K: scales -128 and
+/// 127).
+std::vector<std::uint8_t> random_k_blocks(GgmlType type, std::size_t blocks) {
+  std::vector<std::uint8_t> bytes = finite_blocks(type, 0, blocks);
+  const auto size = static_cast<std::size_t>(layout_of(type).bytes);
+  for (std::size_t b = 0; b < blocks; b += 3) {
+    std::uint8_t* block = bytes.data() + b * size;
+    if (type == GgmlType::Q6_K) {
+      block[192 + 1] = 0x80;  // -128
+      block[192 + 6] = 0x7F;
+      block[192 + 15] = 0x80;
+      continue;
+    }
+    // Sub-blocks 0 and 2 (low 6 bits of bytes j and j + 4) and 5 (the nibbles of byte 9 and the
+    // top bits of bytes 1 and 5).
+    for (const int at : {0, 4, 2, 6}) block[4 + at] |= 0x3F;
+    block[4 + 9] = 0xFF;
+    block[4 + 1] |= 0xC0;
+    block[4 + 5] |= 0xC0;
+  }
+  return bytes;
+}
+
+/// Super-blocks at their extremes: every scale and min at the maximum (63; Q6_K: `q6_scale`),
+/// every quant `quant` (Q4_K/Q5_K 0..15 or 0..31 as stored; Q6_K the stored 0..63), d and dmin
+/// 1 (f16 0x3C00).
+std::vector<std::uint8_t> extreme_k_blocks(GgmlType type, std::size_t blocks, int quant,
+                                           int q6_scale) {
+  const auto one = [](std::size_t) { return kF16One; };
+  return make_k_blocks(
+      type, blocks, one, one,
+      [&](std::size_t, int) { return type == GgmlType::Q6_K ? q6_scale : 63; },
+      [](std::size_t, int) { return 63; }, [&](std::size_t, int) { return quant; });
+}
+
+}  // namespace
+
+TEST_CASE(
+    "q8_dot: Q4_K, Q5_K, Q6_K on every table, with and without the extension, against "
+    "the weights decoded by hand, within the f32 roundings",
+    "[gguf_quants]") {
+  for (const Q8Variant& variant : q8_variants()) {
+    for (const GgmlType type : k_q8_types) {
+      SECTION(variant.name + " " + std::string(amc::to_string(type))) {
+        const amc::dequant::Q8Kernel kernel = variant.of(type);
+        REQUIRE(kernel != nullptr);
+        // Random blocks and activations, 1-8 super-blocks (each of the x86 kernels' four
+        // accumulators and the NEON ones' two filled unevenly).
+        for (const std::size_t blocks : {1, 2, 3, 5, 8}) {
+          for (int round = 0; round < 4; ++round) {
+            check_k_dot(type, random_k_blocks(type, blocks), random_k_activations(blocks), kernel,
+                        variant.name + ", random");
+          }
+        }
+        // The largest products: every scale, min and quant at its maximum (Q6_K also its most
+        // negative weight, -32, with scale -128) against +-127, of one sign (the sum is then
+        // its own magnitude, so the bound is relative) and of random signs. A 16-bit pair sum
+        // that saturated, or a 32-bit one that wrapped, would be off by far more than the bound.
+        const bool six = type == GgmlType::Q6_K;
+        const int top = type == GgmlType::Q4_K ? 15 : type == GgmlType::Q5_K ? 31 : 63;
+        std::uniform_int_distribution<int> sign(0, 1);
+        for (const auto& [quant, q6_scale] :
+             {std::pair{top, 127}, std::pair{six ? 0 : top, -128}, std::pair{0, six ? 127 : 63}}) {
+          for (const int x_sign : {1, -1, 0}) {
+            const std::size_t blocks = 3;
+            const amc::Q8Activations x = make_activations(
+                8 * blocks,
+                [&](std::size_t, int) {
+                  return x_sign != 0 ? 127 * x_sign : sign(rng()) ? 127 : -127;
+                },
+                [](std::size_t) { return 1.0f; });
+            INFO("quants " << quant << ", Q6_K scales " << q6_scale << ", x sign " << x_sign);
+            check_k_dot(type, extreme_k_blocks(type, blocks, quant, q6_scale), x, kernel,
+                        variant.name + ", extremes");
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("q8_dot_kernel: Q4_K, Q5_K, Q6_K through the public function", "[gguf_quants]") {
+  INFO("kernel table: " << amc::kernels::active().name);
+  for (const GgmlType type : k_q8_types) {
+    for (const std::size_t blocks : {1, 4, 9}) {
+      check_k_dot(type, random_k_blocks(type, blocks), random_k_activations(blocks),
+                  amc::q8_dot_kernel(type), "amc::q8_dot_kernel");
+    }
+  }
+}
+
+TEST_CASE(
+    "q8_dot: the k-quant kernels' integer sums are exact, every table equal to the scalar "
+    "one",
+    "[gguf_quants]") {
+  // What is claimed: with power-of-two scales (d, dmin and d_x each 1/2, 1 or 2) every value a
+  // kernel forms (d sc, its product with d_x, the integer sums, their products with the scales,
+  // the min terms, every partial and the total sum) is a multiple of 1/4 no larger than M, so
+  // when M < 2^24 / 4 (checked) every f32 operation is exact, whatever the order: each kernel
+  // must then return the exact value, which needs its integer sums exact and each applied to
+  // its own sub-block's and activation block's scales, and so equals the scalar table's bit for
+  // bit. (With general scales the tables round differently: only the bound above holds.)
+  const std::uint16_t d_bits[] = {kF16Half, kF16One, kF16Two};
+  const float dx_values[] = {0.5f, 1.0f, 2.0f};
+  std::uniform_int_distribution<int> pick(0, 2), six_bits(0, 63), q6_scale(-128, 127);
+  for (const GgmlType type : k_q8_types) {
+    const int top = type == GgmlType::Q4_K ? 15 : type == GgmlType::Q5_K ? 31 : 63;
+    std::uniform_int_distribution<int> w_quant(0, top);
+    // Small activations keep M below the limit (Q6_K's scales reach 128: smaller still).
+    const int x_top = type == GgmlType::Q6_K ? 3 : 6;
+    std::uniform_int_distribution<int> x_quant(-x_top, x_top);
+    for (const std::size_t blocks : {1, 2, 3}) {
+      for (int round = 0; round < 4; ++round) {
+        std::vector<std::uint16_t> d(blocks), dmin(blocks);
+        std::vector<float> dx(8 * blocks);
+        for (std::size_t b = 0; b < blocks; ++b) {
+          d[b] = d_bits[pick(rng())];
+          dmin[b] = d_bits[pick(rng())];
+        }
+        for (float& v : dx) v = dx_values[pick(rng())];
+        // One sub-block in four at the 6-bit maximum, the rest random.
+        const auto scale = [&](std::size_t, int j) {
+          if (type == GgmlType::Q6_K)
+            return j % 4 == 0 ? (j % 8 == 0 ? -128 : 127) : q6_scale(rng());
+          return j % 4 == round % 4 ? 63 : six_bits(rng());
+        };
+        const std::vector<std::uint8_t> weights = make_k_blocks(
+            type, blocks, [&](std::size_t b) { return d[b]; },
+            [&](std::size_t b) { return dmin[b]; }, scale,
+            [&](std::size_t, int j) { return j % 4 == (round + 1) % 4 ? 63 : six_bits(rng()); },
+            [&](std::size_t, int) { return w_quant(rng()); });
+        const amc::Q8Activations x = make_activations(
+            8 * blocks, [&](std::size_t, int) { return x_quant(rng()); },
+            [&](std::size_t b) { return dx[b]; });
+        const KExpected want = k_expected(type, weights, x);
+        INFO(amc::to_string(type) << " M " << want.magnitude);
+        REQUIRE(want.magnitude < 0x1p22);
+        const auto* in = reinterpret_cast<const std::byte*>(weights.data());
+        const float scalar = table_named("scalar")->q8_dot[kind_index(type)](x, in, blocks);
+        INFO(amc::to_string(type) << ", " << blocks << " super-blocks: exact " << want.exact
+                                  << ", scalar table " << scalar);
+        CHECK(static_cast<double>(scalar) == want.exact);
+        for (const Q8Variant& variant : q8_variants()) {
+          INFO("kernels " << variant.name);
+          CHECK(variant.of(type)(x, in, blocks) == scalar);
+        }
       }
     }
   }

@@ -156,9 +156,20 @@ void matvec(const Stack& w, const float* x, const float* bias, std::int64_t begi
 
 namespace {
 
+/// Whether m's rows are blocks with an 8-bit activation kernel (amc::q8_dot_kernel's types).
 bool q8_type(const Matrix& m) {
-  return m.blocks && (*m.blocks == GgmlType::Q8_0 || *m.blocks == GgmlType::Q4_0 ||
-                      *m.blocks == GgmlType::Q4_1);
+  if (!m.blocks) return false;
+  switch (*m.blocks) {
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace
