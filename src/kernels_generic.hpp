@@ -56,6 +56,34 @@ void score_rows_entry(const float* queries, std::int64_t heads, std::int64_t hea
   }
 }
 
+/// KernelTable::log_sum_exp, head by head: the max, then exp_sum under it, then std::log.
+template <class Ops>
+void log_sum_exp_entry(float* scores, std::int64_t heads, std::int64_t count, float* out,
+                       std::ptrdiff_t out_stride) {
+  for (std::int64_t h = 0; h < heads; ++h, scores += count) {
+    const float max = Ops::max(scores, count);
+    out[h * out_stride] = count == 0 ? -std::numeric_limits<float>::infinity()
+                                     : max + std::log(Ops::exp_sum(scores, count, max));
+  }
+}
+
+/// KernelTable::log_sum_exp_rows: the table's score_rows and log_sum_exp in turn.
+template <class Ops, KvStorage T>
+void log_sum_exp_rows_entry(const float* queries, std::int64_t heads, std::int64_t head_dim,
+                            const void* rows, std::ptrdiff_t row_stride, std::int64_t count,
+                            float* scratch, float* out, std::ptrdiff_t out_stride) {
+  if constexpr (requires { &Ops::template score_rows<T>; }) {
+    Ops::template score_rows<T>(queries, heads, head_dim, rows, row_stride, count, scratch, count);
+  } else {
+    score_rows_entry<Ops, T>(queries, heads, head_dim, rows, row_stride, count, scratch, count);
+  }
+  if constexpr (requires { &Ops::log_sum_exp; }) {
+    Ops::log_sum_exp(scratch, heads, count, out, out_stride);
+  } else {
+    log_sum_exp_entry<Ops>(scratch, heads, count, out, out_stride);
+  }
+}
+
 /// q8_0 rows widened to f32 (KernelTable::load_q8_0_rows): a plain loop that each instruction
 /// set's translation unit compiles with its own flags. Every product is exact (an f16 times an
 /// 8-bit integer), so every table gives the same values.
@@ -174,6 +202,7 @@ KernelTable make_table() {
     } else {
       table.score_rows[i] = &score_rows_entry<Ops, T>;
     }
+    table.log_sum_exp_rows[i] = &log_sum_exp_rows_entry<Ops, T>;
   };
   static_assert(kStorageTypes == 3, "one fill per storage type");
   fill.template operator()<float>();
@@ -188,6 +217,11 @@ KernelTable make_table() {
     table.attend_q8_0 = &Ops::attend_q8_0;
   } else {
     table.attend_q8_0 = &attend_q8_0_entry<Ops>;
+  }
+  if constexpr (requires { &Ops::log_sum_exp; }) {
+    table.log_sum_exp = &Ops::log_sum_exp;
+  } else {
+    table.log_sum_exp = &log_sum_exp_entry<Ops>;
   }
   table.max = &Ops::max;
   table.exp_sum = &Ops::exp_sum;

@@ -456,6 +456,19 @@ struct BlockedOps : SimdOps<Arch> {
     }
   }
 
+  /// KernelTable::log_sum_exp: AVX-512 reduces 16 heads at once (log_sum_exp_wide); the other
+  /// widths head by head.
+  static void log_sum_exp(float* scores, std::int64_t heads, std::int64_t count, float* out,
+                          std::ptrdiff_t out_stride) {
+#if AMC_SIMD_WIDE_FOLD
+    if constexpr (W == 16) {
+      log_sum_exp_wide<Arch>(scores, heads, count, out, out_stride);
+      return;
+    }
+#endif
+    log_sum_exp_entry<Base>(scores, heads, count, out, out_stride);
+  }
+
   template <KvStorage T>
   static void attend(const AttendArgs& a) {
     if (a.head_dim % W != 0) {

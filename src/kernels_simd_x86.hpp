@@ -184,5 +184,52 @@ void fold_chunk_scores_wide(const AttendArgs& a, float* scores, std::int64_t row
   }
 }
 
+/// KernelTable::log_sum_exp for AVX-512, 16 heads at a time: each head's max and its sum of
+/// exp(s - max) land in one lane of a transposing reduction, as fold_chunk_scores_wide folds a
+/// chunk, and one vector log serves the 16 heads. Head by head, the reduction took two
+/// horizontal reductions and a scalar log per head: a quarter of the two-stage rule's selection
+/// in a profile (docs/performance.md). Lanes past `count` read as -inf, which changes no max and
+/// adds exp(-inf) = 0 to no sum.
+template <class Arch>
+void log_sum_exp_wide(const float* scores, std::int64_t heads, std::int64_t count, float* out,
+                      std::ptrdiff_t out_stride) {
+  using Batch = FloatBatch<Arch>;
+  constexpr int W = static_cast<int>(Batch::size);
+  static_assert(W == 16, "the wide log-sum-exp is written for AVX-512");
+  constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+  const std::int64_t full = count / W;
+  const std::int64_t vectors = (count + W - 1) / W;
+  const auto tail = static_cast<__mmask16>((1u << (count % W)) - 1u);
+  const auto load = [&](const float* head, std::int64_t v) {
+    return v < full ? _mm512_loadu_ps(head + v * W)
+                    : _mm512_mask_loadu_ps(_mm512_set1_ps(kMinusInf), tail, head + v * W);
+  };
+  const auto add = [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); };
+  const auto max = [](__m512 x, __m512 y) { return _mm512_max_ps(x, y); };
+  for (std::int64_t h0 = 0; h0 < heads; h0 += W) {
+    const int n = static_cast<int>(std::min<std::int64_t>(W, heads - h0));
+    const float* group = scores + h0 * count;
+    __m512 lanes[W];
+    for (int h = 0; h < W; ++h) {
+      lanes[h] = _mm512_set1_ps(kMinusInf);
+      for (std::int64_t v = 0; h < n && v < vectors; ++v)
+        lanes[h] = _mm512_max_ps(lanes[h], load(group + h * count, v));
+    }
+    const __m512 head_max = transpose_reduce16(lanes, max);
+    alignas(64) float shift[W];
+    _mm512_store_ps(shift, head_max);
+    for (int h = 0; h < W; ++h) {
+      Batch sum(0.0f);
+      for (std::int64_t v = 0; h < n && v < vectors; ++v)
+        sum += xsimd::exp(Batch(load(group + h * count, v)) - Batch(shift[h]));
+      lanes[h] = sum;
+    }
+    const __m512 sums = transpose_reduce16(lanes, add);
+    alignas(64) float lse[W];
+    _mm512_store_ps(lse, _mm512_add_ps(head_max, xsimd::log(Batch(sums))));
+    for (int h = 0; h < n; ++h) out[(h0 + h) * out_stride] = lse[h];
+  }
+}
+
 }  // namespace
 }  // namespace amc::kernels

@@ -1,8 +1,10 @@
 // Every kernel of every instruction set this CPU runs, against plain double loops, for every
 // length from 0 to three vector widths (plus a few longer) and four misalignments.
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <vector>
 
 #include "amc/kernels/kernel_table.hpp"
@@ -21,6 +23,10 @@ std::vector<std::int64_t> lengths() {
   for (std::int64_t n = 0; n <= 3 * kMaxLanes; ++n) out.push_back(n);
   for (std::int64_t n : {63, 64, 65, 127, 200, 257}) out.push_back(n);
   return out;
+}
+
+bool same_bits(float a, float b) {
+  return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
 }
 
 // Absolute tolerance for a sum of n products in f32: a few ulps of the sum of magnitudes.
@@ -283,6 +289,62 @@ TEMPLATE_TEST_CASE("fused attend and score_rows match a double reference", "[ker
             REQUIRE(test::max_error_per_term_magnitude(out.data(), ref) < 5e-6);
             REQUIRE(std::abs(max[h] + std::log(sum[h]) - ref.lse) <
                     2e-5 * (1.0 + std::abs(ref.lse)));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("log_sum_exp_rows matches a double reference and is score_rows + log_sum_exp",
+                   "[kernels]", float, amc::bf16, amc::f16) {
+  // The block log-mass of the oracle and of the two-stage rule: every head's log-sum-exp of its
+  // scores over a run of rows. Row counts around the AVX-512 reduction's 16 lanes and the
+  // block sizes in use (16, 32, 64); head counts around its group of 16.
+  using T = TestType;
+  const auto s = kernels::index_of(storage_type_of<T>);
+  for (const KernelTable* table : kernels::available()) {
+    for (std::int64_t head_dim : {7, 16, 64, 128}) {
+      for (std::int64_t rows : {0, 1, 5, 16, 31, 32, 33, 64, 100}) {
+        for (std::int64_t heads : {1, 3, 7, 16, 17}) {
+          CAPTURE(table->name, test::storage_name<T>(), head_dim, rows, heads);
+          const std::int64_t stride = head_dim + 3;  // strided rows
+          std::vector<float> keys_f;
+          const auto keys = test::to_storage<T>(
+              test::random_floats(static_cast<std::size_t>(rows * stride + 1)), &keys_f);
+          const auto values = std::vector<float>(keys_f.size(), 0.0f);  // unused by the reference
+          const auto queries =
+              test::random_floats(static_cast<std::size_t>(heads * head_dim), 0.4f);
+          const auto n = static_cast<std::size_t>(heads * rows);
+          std::vector<float> scratch(n + 1), lse(static_cast<std::size_t>(2 * heads), 7.0f);
+          table->log_sum_exp_rows[s](queries.data(), heads, head_dim, keys.data(), stride, rows,
+                                     scratch.data(), lse.data(), 2);
+          std::vector<std::int64_t> all(static_cast<std::size_t>(rows));
+          for (std::int64_t r = 0; r < rows; ++r) all[r] = r;
+          for (std::int64_t h = 0; h < heads; ++h) {
+            CAPTURE(h);
+            REQUIRE(lse[2 * h + 1] == 7.0f);  // out_stride respected: the gaps untouched
+            if (rows == 0) {
+              REQUIRE(lse[2 * h] == -std::numeric_limits<float>::infinity());
+              continue;
+            }
+            const auto ref = test::reference_attention(queries.data() + h * head_dim, head_dim,
+                                                       keys_f, values, stride, all, 1.0);
+            REQUIRE(std::abs(lse[2 * h] - ref.lse) < 2e-5 * (1.0 + std::abs(ref.lse)));
+          }
+          // Bit for bit score_rows into [heads, rows] and then log_sum_exp, and each head's
+          // result independent of the others (log_sum_exp of one head at a time): what lets
+          // the oracle score a group's heads together with the scores of head by head.
+          std::vector<float> scores(n + 1), composed(static_cast<std::size_t>(heads));
+          table->score_rows[s](queries.data(), heads, head_dim, keys.data(), stride, rows,
+                               scores.data(), rows);
+          std::vector<float> one_by_one(scores);
+          table->log_sum_exp(scores.data(), heads, rows, composed.data(), 1);
+          for (std::int64_t h = 0; h < heads; ++h) {
+            float alone = 0.0f;
+            table->log_sum_exp(one_by_one.data() + h * rows, 1, rows, &alone, 1);
+            REQUIRE(same_bits(composed[h], lse[2 * h]));
+            REQUIRE(same_bits(alone, lse[2 * h]));
           }
         }
       }

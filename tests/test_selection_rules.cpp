@@ -1,6 +1,7 @@
 // The selectors of issue 16 (two-stage, sub-block means) and top-p budgets, against
 // independent double-precision computations with plain loops.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -404,6 +405,56 @@ TEST_CASE("twostage per group: one shortlist from the combined scores, rescored 
     CAPTURE(trial);
     require_same_up_to_ties(got, best_of(shortlist, combined_mass, config.top_k), combined_mass,
                             1e-5);
+  }
+}
+
+TEST_CASE("the oracle's block log-masses: the group in one pass, head by head and over pages agree",
+          "[selectors]") {
+  // score_group reads each block's keys once for every head (KernelTable::log_sum_exp_rows);
+  // head by head (score) and over pages of 8 rows, where a block of 16 comes in two runs and
+  // KeyRows::log_mass reduces the scores itself, the scores must be the same bits (on every
+  // kernel table: ctest runs this binary with each); and within f32 rounding of the log-masses
+  // in double.
+  constexpr std::int64_t heads = 7, d = 64, block = 16, n = 333;
+  const test::TestCache<float> cache(n, d, 8, 2.0f);
+  SparseConfig config;
+  config.block_size = block;
+  config.sinks = 3;
+  config.window = 20;
+  const auto summaries = BlockSummaries::build(cache.view(), block);
+  const auto queries = test::random_floats(heads * d, 0.3f);
+  const auto c = candidate_blocks(n, config);
+  const auto blocks = static_cast<std::size_t>(summaries.blocks());
+  {
+    const OracleRule oracle;
+    std::vector<float> group(heads * blocks, 5.0f), paged = group, by_head = group;
+    oracle.score_blocks_group(GroupScoringInput{queries.data(), heads, summaries, c}, cache.view(),
+                              group);
+    oracle.score_blocks_group(GroupScoringInput{queries.data(), heads, summaries, c}, cache.paged(),
+                              paged);
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const BlockScoringInput in{std::span(queries.data() + h * d, d), summaries, c};
+      oracle.score_blocks(in, cache.view(), std::span(by_head).subspan(h * blocks, blocks));
+    }
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const std::vector<float> q(queries.begin() + h * d, queries.begin() + (h + 1) * d);
+      const auto s = true_scores(cache, q, 1.0);
+      for (std::int64_t b = 0; b < static_cast<std::int64_t>(blocks); ++b) {
+        CAPTURE(h, b);
+        const std::size_t i = h * blocks + b;
+        REQUIRE(std::bit_cast<std::uint32_t>(group[i]) == std::bit_cast<std::uint32_t>(by_head[i]));
+        REQUIRE(std::bit_cast<std::uint32_t>(group[i]) == std::bit_cast<std::uint32_t>(paged[i]));
+        if (b < c.first || b >= c.last) {
+          REQUIRE(group[i] == 5.0f);  // not a candidate: untouched
+          continue;
+        }
+        double mass = 0.0;
+        for (std::int64_t p = std::max(b * block, c.kept_prefix);
+             p < std::min((b + 1) * block, c.kept_suffix_begin); ++p)
+          mass += std::exp(s[p]);
+        REQUIRE(std::abs(group[i] - std::log(mass)) < 2e-5 * (1.0 + std::abs(std::log(mass))));
+      }
+    }
   }
 }
 

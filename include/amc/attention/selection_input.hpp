@@ -4,8 +4,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include "amc/attention/block_summaries.hpp"
@@ -90,7 +92,8 @@ class KeyRows {
         positions_(kv.positions()),
         head_dim_(kv.head_dim()),
         storage_(storage_type_of<typename View::value_type>),
-        score_(&score_view<View>) {}
+        score_(&score_view<View>),
+        log_mass_(&log_mass_view<View>) {}
 
   std::int64_t positions() const { return positions_; }
   std::int64_t head_dim() const { return head_dim_; }
@@ -102,6 +105,16 @@ class KeyRows {
   void score(const float* queries, std::int64_t heads, std::int64_t begin, std::int64_t end,
              float* out, std::ptrdiff_t out_stride) const {
     score_(view_, queries, heads, begin, end, out, out_stride);
+  }
+
+  /// out[h * out_stride] = log sum_{p in [begin, end)} exp(<queries[h], k_p>) for h < heads:
+  /// the block log-mass the oracle ranks by (KernelTable::log_sum_exp_rows), for every head in
+  /// one pass over the keys. -inf when begin == end.
+  /// \param queries [heads, head_dim]
+  /// \param scratch heads * (end - begin) floats
+  void log_mass(const float* queries, std::int64_t heads, std::int64_t begin, std::int64_t end,
+                float* scratch, float* out, std::ptrdiff_t out_stride) const {
+    log_mass_(view_, queries, heads, begin, end, scratch, out, out_stride);
   }
 
  private:
@@ -120,11 +133,44 @@ class KeyRows {
                     });
   }
 
+  template <KvViewLike View>
+  static void log_mass_view(const void* view, const float* queries, std::int64_t heads,
+                            std::int64_t begin, std::int64_t end, float* scratch, float* out,
+                            std::ptrdiff_t out_stride) {
+    using T = typename View::value_type;
+    const View& kv = *static_cast<const View*>(view);
+    const auto& table = kernels::active();
+    const std::int64_t count = end - begin;
+    if (count == 0) {
+      for (std::int64_t h = 0; h < heads; ++h)
+        out[h * out_stride] = -std::numeric_limits<float>::infinity();
+      return;
+    }
+    const std::size_t type = kernels::index_of(storage_type_of<T>);
+    bool one_run = false;  // the whole range in one run (always, for a KvView): one kernel call
+    kv.for_each_run(
+        begin, end, [&](const T* keys, const T*, std::int64_t first, std::int64_t rows) {
+          if (rows == count) {
+            one_run = true;
+            table.log_sum_exp_rows[type](queries, heads, kv.head_dim(), keys, kv.key_stride(), rows,
+                                         scratch, out, out_stride);
+          } else {  // several runs (pages, chunks of a q8_0 cache): the scores run by run
+            table.score_rows[type](queries, heads, kv.head_dim(), keys, kv.key_stride(), rows,
+                                   scratch + (first - begin), count);
+          }
+        });
+    if (one_run) return;
+    // The kernel's reduction, so the result does not depend on where the runs break.
+    table.log_sum_exp(scratch, heads, count, out, out_stride);
+  }
+
   const void* view_;
   std::int64_t positions_, head_dim_;
   StorageType storage_;
   void (*score_)(const void*, const float*, std::int64_t, std::int64_t, std::int64_t, float*,
                  std::ptrdiff_t);
+  void (*log_mass_)(const void*, const float*, std::int64_t, std::int64_t, std::int64_t, float*,
+                    float*, std::ptrdiff_t);
 };
 
 /// A block scoring rule: the one face of every built-in rule (attention/rules/*.hpp), made by

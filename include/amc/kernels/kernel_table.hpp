@@ -102,6 +102,21 @@ struct KernelTable {
   void (*score_rows[kStorageTypes])(const float* queries, std::int64_t heads, std::int64_t head_dim,
                                     const void* rows, std::ptrdiff_t row_stride, std::int64_t count,
                                     float* out, std::ptrdiff_t out_stride) = {};
+  /// out[h * out_stride] = m_h + log(sum_r exp(s_hr - m_h)) over r < count, where s_hr =
+  /// scores[h * count + r] and m_h = max_r s_hr, for h < heads: each head's log-sum-exp (-inf
+  /// when count == 0). The scores may be overwritten. Summed in an order fixed per table: the
+  /// scalar, SSE2, AVX2 and NEON tables reduce head by head (max, exp_sum, std::log); AVX-512
+  /// reduces 16 heads at once, each in one lane of a transposing sum, and takes one vector log.
+  void (*log_sum_exp)(float* scores, std::int64_t heads, std::int64_t count, float* out,
+                      std::ptrdiff_t out_stride) = nullptr;
+  /// score_rows into scratch [heads, count] followed by log_sum_exp, in one call (bit for bit
+  /// the two in turn): each head's log-sum-exp of its scores over one run of rows, the block
+  /// log-mass that the oracle and the two-stage rule's second stage rank by.
+  void (*log_sum_exp_rows[kStorageTypes])(const float* queries, std::int64_t heads,
+                                          std::int64_t head_dim, const void* rows,
+                                          std::ptrdiff_t row_stride, std::int64_t count,
+                                          float* scratch, float* out,
+                                          std::ptrdiff_t out_stride) = {};
 };
 
 /// The table used by amc's operators: the best instruction set this CPU supports, unless the

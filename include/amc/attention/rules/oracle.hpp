@@ -8,6 +8,7 @@
 #include <cmath>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "amc/attention/rule_info.hpp"
@@ -29,19 +30,37 @@ class OracleRule final : public BlockRule {
     }
   }
 
+  /// Every head of the group block by block, so that each block's keys are read once for all
+  /// heads (the same scores as head by head).
+  void score_group(const GroupScoringInput& in, const KeyRows& keys,
+                   std::span<float> scores) const override {
+    const auto& c = in.candidates;
+    const std::int64_t blocks = in.summaries.blocks();
+    const std::int64_t block_size = in.summaries.block_size();
+    std::vector<float> scratch(static_cast<std::size_t>(in.heads * block_size));
+    for (std::int64_t b = c.first; b < c.last; ++b) {
+      const auto [begin, end] = scored_rows(c, block_size, b);
+      keys.log_mass(in.queries, in.heads, begin, end, scratch.data(), scores.data() + b, blocks);
+    }
+  }
+
   /// log sum_j exp(c <q, k_j>) over the positions j of block b that are not always kept: the
   /// log of the mass the block adds to the support. `scratch` holds block_size floats.
   static float block_log_mass(const BlockScoringInput& in, const KeyRows& keys, std::int64_t b,
                               std::span<float> scratch) {
-    const auto& c = in.candidates;
-    const std::int64_t block_size = in.summaries.block_size();
-    const std::int64_t begin = std::max(b * block_size, c.kept_prefix);
-    const std::int64_t end = std::min((b + 1) * block_size, c.kept_suffix_begin);
-    keys.score(in.query.data(), 1, begin, end, scratch.data(), 0);
-    const std::int64_t count = end - begin;
-    const auto& table = kernels::active();
-    const float max = table.max(scratch.data(), count);
-    return max + std::log(table.exp_sum(scratch.data(), count, max));
+    const auto [begin, end] = scored_rows(in.candidates, in.summaries.block_size(), b);
+    float log_mass = 0.0f;
+    keys.log_mass(in.query.data(), 1, begin, end, scratch.data(), &log_mass, 1);
+    return log_mass;
+  }
+
+  /// The positions [first, second) of block b that a selection may add: the block less the
+  /// sinks and the window, which every support keeps.
+  static std::pair<std::int64_t, std::int64_t> scored_rows(const CandidateBlocks& c,
+                                                           std::int64_t block_size,
+                                                           std::int64_t b) {
+    return {std::max(b * block_size, c.kept_prefix),
+            std::min((b + 1) * block_size, c.kept_suffix_begin)};
   }
 };
 

@@ -126,17 +126,9 @@ class TwoStageRule final : public BlockRule {
                 -std::numeric_limits<float>::infinity());
     }
     key_scores.resize(static_cast<std::size_t>(in.heads * block_size));
-    const auto& table = kernels::active();
     for (const std::int64_t b : shortlist) {
-      const std::int64_t begin = std::max(b * block_size, c.kept_prefix);
-      const std::int64_t end = std::min((b + 1) * block_size, c.kept_suffix_begin);
-      keys.score(in.queries, in.heads, begin, end, key_scores.data(), block_size);
-      for (std::int64_t h = 0; h < in.heads; ++h) {
-        float* row = key_scores.data() + h * block_size;
-        const float max = table.max(row, end - begin);
-        scores[static_cast<std::size_t>(h * blocks + b)] =
-            max + std::log(table.exp_sum(row, end - begin, max));
-      }
+      const auto [begin, end] = OracleRule::scored_rows(c, block_size, b);
+      keys.log_mass(in.queries, in.heads, begin, end, key_scores.data(), scores.data() + b, blocks);
     }
   }
 
