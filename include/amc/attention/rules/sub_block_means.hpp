@@ -80,11 +80,27 @@ class SubBlockMeansRule final : public BlockRule {
         sub_scores.data(), rows);
     const float log_full = std::log(static_cast<float>(sub_size));
     const std::int64_t positions = summaries.positions();
+    // Blocks [c.first, complete_end) have every sub-block full: their score is the max of their
+    // sub-block scores plus one log_full (max_j(s_j + c) == max_j(s_j) + c in floating point,
+    // since rounding is monotone), a tight loop with no per-sub-block size or log. Only the
+    // open block at the end can have short or unstarted sub-blocks.
+    const std::int64_t complete_end =
+        std::clamp(positions / summaries.block_size(), c.first, c.last);
     for (std::int64_t h = 0; h < heads; ++h) {
       const float* sub = sub_scores.data() + h * rows;
       float* out = scores.data() + h * summaries.blocks();
-      for (std::int64_t i = 0; i < c.count(); ++i) {
-        const std::int64_t b = c.first + i;
+      for (std::int64_t b = c.first; b < complete_end; ++b) {
+        const float* s = sub + (b - c.first) * per_block;
+        float best = s[0];
+        bool nan = s[0] != s[0];
+        for (std::int64_t j = 1; j < per_block; ++j) {
+          nan |= s[j] != s[j];
+          best = std::max(best, s[j]);
+        }
+        out[b] = nan ? std::numeric_limits<float>::quiet_NaN() : best + log_full;  // NaN last
+      }
+      for (std::int64_t b = complete_end; b < c.last; ++b) {
+        const std::int64_t i = b - c.first;
         float best = -std::numeric_limits<float>::infinity();
         bool nan = false;
         for (std::int64_t j = 0; j < per_block; ++j) {
@@ -95,7 +111,7 @@ class SubBlockMeansRule final : public BlockRule {
           nan |= s != s;
           best = std::max(best, s + (n == sub_size ? log_full : std::log(static_cast<float>(n))));
         }
-        out[b] = nan ? std::numeric_limits<float>::quiet_NaN() : best;  // NaN ranks last
+        out[b] = nan ? std::numeric_limits<float>::quiet_NaN() : best;
       }
     }
   }
