@@ -7,9 +7,10 @@
 // values widened to f32: d * q is an f16 times an integer of at most 8 bits, exact in f32, so
 // dense and sparse decode, the block summaries and the certified bounds all work on exactly the
 // values the cache holds. Attention proper reads the int8 rows in place (bind_q8_0_rows and
-// KernelTable::attend_q8_0), widening them in registers, with the same results bit for bit. What the bounds then bound is attention over the stored cache; the
-// quantization's own error (each value within d / 2 of what was written, plus the scale's f16
-// rounding: q8_0_error_bound) is a separate, measured difference from a cache kept in f32.
+// KernelTable::attend_q8_0), widening them in registers, with the same results bit for bit. What
+// the bounds then bound is attention over the stored cache; the quantization's own error (each
+// value within d / 2 of what was written, plus the scale's f16 rounding: q8_0_error_bound) is a
+// separate, measured difference from a cache kept in f32.
 #pragma once
 
 #include <algorithm>
@@ -135,23 +136,17 @@ class Q8KvView {
   /// prefetch) before a chunk is widened, so their misses overlap the chunk's work.
   template <class Fn>
   void for_each_run(std::int64_t begin, std::int64_t end, Fn&& fn) const {
-    AMC_DASSERT(0 <= begin && begin <= end && end <= positions_);
-    std::vector<float>& keys = chunk_buffer<0>();
-    std::vector<float>& values = chunk_buffer<1>();
-    const auto widen = kernels::active().load_q8_0_rows;
-    for (std::int64_t first = begin; first < end; first += kernels::kAttendChunk) {
-      const std::int64_t rows = std::min(kernels::kAttendChunk, end - first);
-      const std::int64_t next = first + rows;
-      prefetch_rows(next, std::min(next + kernels::kAttendChunk, end));
-      widen(keys_.quants + first * keys_.quant_stride, keys_.quant_stride,
-            keys_.scales + first * keys_.scale_stride, keys_.scale_stride, rows, head_dim_,
-            keys.data());
-      widen(values_.quants + first * values_.quant_stride, values_.quant_stride,
-            values_.scales + first * values_.scale_stride, values_.scale_stride, rows, head_dim_,
-            values.data());
-      fn(static_cast<const float*>(keys.data()), static_cast<const float*>(values.data()), first,
-         rows);
-    }
+    for_each_widened<true>(begin, end, fn);
+  }
+
+  /// fn(keys, first, rows) as for_each_run, the keys alone: what a rule that reads keys needs
+  /// (amc::KeyRows), without widening values it would not read.
+  template <class Fn>
+  void for_each_key_run(std::int64_t begin, std::int64_t end, Fn&& fn) const {
+    for_each_widened<false>(
+        begin, end, [&](const float* keys, const float*, std::int64_t first, std::int64_t rows) {
+          fn(keys, first, rows);
+        });
   }
 
   /// Points args' keys and values (and their scales) at the stored rows from `first` on, for
@@ -186,6 +181,29 @@ class Q8KvView {
   }
 
  private:
+  template <bool kValues, class Fn>
+  void for_each_widened(std::int64_t begin, std::int64_t end, Fn&& fn) const {
+    AMC_DASSERT(0 <= begin && begin <= end && end <= positions_);
+    std::vector<float>& keys = chunk_buffer<0>();
+    std::vector<float>& values = chunk_buffer<1>();
+    const auto widen = kernels::active().load_q8_0_rows;
+    const auto widen_chunk = [&](const Q8Rows& side, std::int64_t first, std::int64_t rows,
+                                 std::vector<float>& out) {
+      widen(side.quants + first * side.quant_stride, side.quant_stride,
+            side.scales + first * side.scale_stride, side.scale_stride, rows, head_dim_,
+            out.data());
+    };
+    for (std::int64_t first = begin; first < end; first += kernels::kAttendChunk) {
+      const std::int64_t rows = std::min(kernels::kAttendChunk, end - first);
+      const std::int64_t next = first + rows;
+      prefetch_rows<kValues>(next, std::min(next + kernels::kAttendChunk, end));
+      widen_chunk(keys_, first, rows, keys);
+      if constexpr (kValues) widen_chunk(values_, first, rows, values);
+      fn(static_cast<const float*>(keys.data()), static_cast<const float*>(values.data()), first,
+         rows);
+    }
+  }
+
   const float* widen_row(const Q8Rows& side, std::int64_t p, std::vector<float>& out) const {
     AMC_DASSERT(0 <= p && p < positions_);
     kernels::active().load_q8_0_rows(side.quants + p * side.quant_stride, side.quant_stride,
@@ -194,10 +212,13 @@ class Q8KvView {
     return out.data();
   }
 
+  /// Asks for the stored rows [begin, end) of the keys, and of the values with kValues.
+  template <bool kValues>
   void prefetch_rows(std::int64_t begin, std::int64_t end) const {
 #if defined(__GNUC__)
     for (std::int64_t p = begin; p < end; ++p) {
       for (const Q8Rows* side : {&keys_, &values_}) {
+        if (!kValues && side == &values_) continue;
         const std::int8_t* q = side->quants + p * side->quant_stride;
         for (std::int64_t i = 0; i < head_dim_; i += 64) __builtin_prefetch(q + i);
         __builtin_prefetch(side->scales + p * side->scale_stride);

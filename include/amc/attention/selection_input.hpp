@@ -125,12 +125,26 @@ class KeyRows {
     using T = typename View::value_type;
     const View& kv = *static_cast<const View*>(view);
     const auto& table = kernels::active();
-    kv.for_each_run(begin, end,
-                    [&](const T* keys, const T*, std::int64_t first, std::int64_t rows) {
-                      table.score_rows[kernels::index_of(storage_type_of<T>)](
-                          queries, heads, kv.head_dim(), keys, kv.key_stride(), rows,
-                          out + (first - begin), out_stride);
-                    });
+    for_each_key_run(kv, begin, end, [&](const T* keys, std::int64_t first, std::int64_t rows) {
+      table.score_rows[kernels::index_of(storage_type_of<T>)](queries, heads, kv.head_dim(), keys,
+                                                              kv.key_stride(), rows,
+                                                              out + (first - begin), out_stride);
+    });
+  }
+
+  /// fn(keys, first, rows) over the runs of [begin, end): the view's for_each_key_run where it
+  /// has one (a q8_0 view, which then widens no values), else its for_each_run.
+  template <KvViewLike View, class Fn>
+  static void for_each_key_run(const View& kv, std::int64_t begin, std::int64_t end, Fn&& fn) {
+    using T = typename View::value_type;
+    if constexpr (requires { kv.for_each_key_run(begin, end, fn); }) {
+      kv.for_each_key_run(begin, end, fn);
+    } else {
+      kv.for_each_run(begin, end,
+                      [&](const T* keys, const T*, std::int64_t first, std::int64_t rows) {
+                        fn(keys, first, rows);
+                      });
+    }
   }
 
   template <KvViewLike View>
@@ -148,17 +162,16 @@ class KeyRows {
     }
     const std::size_t type = kernels::index_of(storage_type_of<T>);
     bool one_run = false;  // the whole range in one run (always, for a KvView): one kernel call
-    kv.for_each_run(
-        begin, end, [&](const T* keys, const T*, std::int64_t first, std::int64_t rows) {
-          if (rows == count) {
-            one_run = true;
-            table.log_sum_exp_rows[type](queries, heads, kv.head_dim(), keys, kv.key_stride(), rows,
-                                         scratch, out, out_stride);
-          } else {  // several runs (pages, chunks of a q8_0 cache): the scores run by run
-            table.score_rows[type](queries, heads, kv.head_dim(), keys, kv.key_stride(), rows,
-                                   scratch + (first - begin), count);
-          }
-        });
+    for_each_key_run(kv, begin, end, [&](const T* keys, std::int64_t first, std::int64_t rows) {
+      if (rows == count) {
+        one_run = true;
+        table.log_sum_exp_rows[type](queries, heads, kv.head_dim(), keys, kv.key_stride(), rows,
+                                     scratch, out, out_stride);
+      } else {  // several runs (pages, chunks of a q8_0 cache): the scores run by run
+        table.score_rows[type](queries, heads, kv.head_dim(), keys, kv.key_stride(), rows,
+                               scratch + (first - begin), count);
+      }
+    });
     if (one_run) return;
     // The kernel's reduction, so the result does not depend on where the runs break.
     table.log_sum_exp(scratch, heads, count, out, out_stride);
