@@ -181,8 +181,8 @@ void register_benchmarks() {
     benchmark::RegisterBenchmark(("Matvec/stored/" + std::string(amc::to_string(type))).c_str(),
                                  BM_QuantizedMatvec, type);
   }
-  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K,
-                              GgmlType::Q5_K, GgmlType::Q6_K}) {
+  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                              GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     benchmark::RegisterBenchmark(("Matvec/stored-q8/" + std::string(amc::to_string(type))).c_str(),
                                  BM_Q8Matvec, type);
   }

@@ -115,9 +115,11 @@ void quantize_activations(std::span<const float> x, Q8Activations& out) {
 Q8DotKernel q8_dot_kernel(GgmlType type) {
   constexpr const char* where = "amc::q8_dot_kernel";
   AMC_CHECK(type == GgmlType::Q8_0 || type == GgmlType::Q4_0 || type == GgmlType::Q4_1 ||
-                type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K,
+                type == GgmlType::Q5_0 || type == GgmlType::Q5_1 || type == GgmlType::Q4_K ||
+                type == GgmlType::Q5_K || type == GgmlType::Q6_K,
             where, "type ", to_string(type),
-            " has no 8-bit activation kernel (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K have)");
+            " has no 8-bit activation kernel (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K "
+            "have)");
   const auto kind = static_cast<std::size_t>(*kind_of(type));
   static const bool extension = dequant::cpu_has_extension(table());
   if (extension && table().q8_dot_extension[kind] != nullptr) {

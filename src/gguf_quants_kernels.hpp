@@ -988,10 +988,16 @@ constexpr std::size_t block_bytes(Kind kind) {
 // --- Dot products over 8-bit activations (Q8Activations) -------------------------------------
 // Per block the exact integer sum of the weight's quants times the activations' quants, then
 // the scales in f32. Q8_0: d_w d_x S. Q4_0 (quants q - 8): d_w d_x (S - 8 sum_x). Q4_1 (q d + m):
-// d_w d_x S + m d_x sum_x. The plain loops sum the blocks' terms in 8 lanes (block b into lane
-// b % 8), added pairwise; the x86 kernels below keep the block's 8 partial integer sums apart
-// and scale each (one vector FMA per block, four accumulators), the offset terms summed apart;
-// the NEON ones form S as the plain loops do, four blocks to a vector.
+// d_w d_x S + m d_x sum_x. Q5_0 and Q5_1 are Q4_0 and Q4_1 with 5-bit quants (the fifth bit of
+// element j is bit j of the block's qh): Q5_0 d_w d_x (S - 16 sum_x), Q5_1 d_w d_x S + m d_x
+// sum_x, with S = sum q x_q over q in 0..31. The integer sums are exact and so are their
+// conversions to f32: |S| <= 32 * 31 * 127 = 125984, |S - 16 sum_x| <= 32 * 16 * 127 = 65024
+// (|q - 16| <= 16), |sum_x| <= 4064, all below 2^24. The plain loops sum the blocks' terms in 8
+// lanes (block b into lane b % 8), added pairwise; the x86 kernels below keep the block's 8
+// partial integer sums of S apart and scale each (one vector FMA per block, four accumulators),
+// the offset terms (Q4_0's -8 and Q5_0's -16 times d_w d_x sum_x, Q4_1's and Q5_1's m d_x sum_x)
+// summed apart; the NEON ones form S (minus 8 or 16 sum_x) as the plain loops do, four blocks to
+// a vector.
 //
 // The k-quants against the activations' blocks of 32 (block j of a super-block's 256 values):
 // Q4_K and Q5_K are Q4_1 with decoded scales, sub-block j's values dl_j q - ml_j (dl_j = d sc_j,
@@ -1009,6 +1015,25 @@ constexpr std::size_t block_bytes(Kind kind) {
 
 /// Whether `kind` has super-blocks of 256 (the k-quants).
 constexpr bool k_quant(Kind kind) { return block_elements(kind) == 256; }
+
+// The layout of the 4- and 5-bit blocks of 32 (q4_0 ... q5_1 above): d at byte 0, Q4_1's and
+// Q5_1's min m at byte 2, then Q5_0's and Q5_1's 32 fifth bits qh, then the 16 bytes of nibbles.
+// Q4_0 and Q5_0 store their quants plus 8 and 16 (the zero point), Q4_1 and Q5_1 have m instead.
+constexpr bool has_min(Kind kind) { return kind == Kind::Q4_1 || kind == Kind::Q5_1; }
+constexpr bool has_fifth_bits(Kind kind) { return kind == Kind::Q5_0 || kind == Kind::Q5_1; }
+constexpr int zero_point(Kind kind) { return kind == Kind::Q4_0 ? 8 : kind == Kind::Q5_0 ? 16 : 0; }
+constexpr std::size_t qh_offset(Kind kind) { return has_min(kind) ? 4 : 2; }
+constexpr std::size_t nibbles_offset(Kind kind) {
+  return qh_offset(kind) + (has_fifth_bits(kind) ? 4 : 0);
+}
+
+/// The fifth bits qh of a Q5_0/Q5_1 block (0 for Q4_0/Q4_1: none).
+template <Kind K>
+inline u32 fifth_bits_of(const u8* block) {
+  u32 qh = 0;
+  if constexpr (has_fifth_bits(K)) std::memcpy(&qh, block + qh_offset(K), sizeof qh);
+  return qh;
+}
 
 template <Kind K>
 float q8_dot_k_generic(const Q8Activations& x, const std::byte* in_bytes, std::size_t blocks) {
@@ -1067,10 +1092,16 @@ float q8_dot_generic32(const Q8Activations& x, const std::byte* in_bytes, std::s
       for (int j = 0; j < 32; ++j) sum += static_cast<std::int8_t>(in[2 + j]) * xq[j];
       term = static_cast<float>(sum) * (d * dx);
     } else {
-      const u8* __restrict qs = in + (K == Kind::Q4_0 ? 2 : 4);
-      for (int j = 0; j < 16; ++j) sum += (qs[j] & 0x0F) * xq[j] + (qs[j] >> 4) * xq[j + 16];
-      if constexpr (K == Kind::Q4_0) {
-        term = static_cast<float>(sum - 8 * x.sum[b]) * (d * dx);
+      const u8* __restrict qs = in + nibbles_offset(K);
+      const u32 qh = fifth_bits_of<K>(in);
+      for (u32 j = 0; j < 16; ++j) {
+        // Bits j and j + 16 of qh: the fifth bits of elements j and j + 16, as bit 4.
+        const u32 q0 = (qs[j] & 0x0Fu) | (((qh >> j) << 4) & 0x10u);
+        const u32 q1 = (u32{qs[j]} >> 4) | ((qh >> (j + 12)) & 0x10u);
+        sum += static_cast<std::int32_t>(q0) * xq[j] + static_cast<std::int32_t>(q1) * xq[j + 16];
+      }
+      if constexpr (!has_min(K)) {
+        term = static_cast<float>(sum - zero_point(K) * x.sum[b]) * (d * dx);
       } else {
         const float m = half_to_float(load_u16(in + 2));
         term = static_cast<float>(sum) * (d * dx) + m * (dx * static_cast<float>(x.sum[b]));
@@ -1097,8 +1128,10 @@ float q8_dot_generic(const Q8Activations& x, const std::byte* in, std::size_t bl
 #if defined(__AVX2__) && defined(__FMA__)
 /// The Q8 dot products with AVX2: maddubs (unsigned weight quants times signed activations into
 /// 16-bit pairs, which cannot saturate: at most 2 * 128 * 127) and madd into 8 32-bit partial
-/// sums per block, scaled in f32 and accumulated in one 8-lane vector; Q4_1's offset term and
-/// Q4_0's -8 in a scalar. `Dot(q, x)` gives the 8 partial sums of unsigned q and signed x.
+/// sums per block, scaled in f32 and accumulated in one 8-lane vector; the offset terms (Q4_1's
+/// and Q5_1's m, Q4_0's -8 and Q5_0's -16) in a vector of their own, 8 blocks a lane. Q4_0's and
+/// Q5_0's quants go in unsigned (0..15, 0..31: with the zero point, not minus it), so they need
+/// no sign trick as Q8_0's do. `Dot(q, x)` gives the 8 partial sums of unsigned q and signed x.
 // always_inline: the VNNI kernel inlines this loop into its own target, where the VNNI `dot`
 // can be inlined in turn (a call per block otherwise).
 template <Kind K, class Dot>
@@ -1112,7 +1145,7 @@ __attribute__((always_inline)) inline float q8_dot_simd(const Q8Activations& x,
   // its latency on every block.
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                    _mm256_setzero_ps()};
-  __m256 rest = _mm256_setzero_ps();  // Q4_0's -8 sum_x and Q4_1's offset terms, 8 blocks a lane
+  __m256 rest = _mm256_setzero_ps();  // the offset terms, 8 blocks a lane
   float rest_tail = 0.0f;
   alignas(32) float scales[kScaleChunk];
   alignas(32) u16 d16[kScaleChunk], m16[kScaleChunk];
@@ -1122,7 +1155,7 @@ __attribute__((always_inline)) inline float q8_dot_simd(const Q8Activations& x,
     // from memory (a load) instead of converting and shuffling one per block.
     for (std::size_t i = 0; i < count; ++i) {
       d16[i] = load_u16(in + (first + i) * kBytes);
-      if constexpr (K == Kind::Q4_1) m16[i] = load_u16(in + (first + i) * kBytes + 2);
+      if constexpr (has_min(K)) m16[i] = load_u16(in + (first + i) * kBytes + 2);
     }
     std::size_t i = 0;
     for (; i + 8 <= count; i += 8) {
@@ -1133,8 +1166,9 @@ __attribute__((always_inline)) inline float q8_dot_simd(const Q8Activations& x,
       if constexpr (K != Kind::Q8_0) {
         const __m256 sum = _mm256_cvtepi32_ps(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sum.data() + b)));
-        if constexpr (K == Kind::Q4_0) {
-          rest = _mm256_fmadd_ps(_mm256_mul_ps(sum, _mm256_set1_ps(-8.0f)), scale, rest);
+        if constexpr (!has_min(K)) {
+          rest = _mm256_fmadd_ps(
+              _mm256_mul_ps(sum, _mm256_set1_ps(static_cast<float>(-zero_point(K)))), scale, rest);
         } else {
           const __m256 m =
               _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(m16 + i)));
@@ -1145,9 +1179,10 @@ __attribute__((always_inline)) inline float q8_dot_simd(const Q8Activations& x,
     for (; i < count; ++i) {
       const std::size_t b = first + i;
       scales[i] = _cvtsh_ss(d16[i]) * x.scale[b];
-      if constexpr (K == Kind::Q4_0) {
-        rest_tail += (-8.0f * static_cast<float>(x.sum[b])) * scales[i];
-      } else if constexpr (K == Kind::Q4_1) {
+      if constexpr (zero_point(K) != 0) {
+        rest_tail +=
+            (static_cast<float>(-zero_point(K)) * static_cast<float>(x.sum[b])) * scales[i];
+      } else if constexpr (has_min(K)) {
         rest_tail += _cvtsh_ss(m16[i]) * (x.scale[b] * static_cast<float>(x.sum[b]));
       }
     }
@@ -1159,7 +1194,10 @@ __attribute__((always_inline)) inline float q8_dot_simd(const Q8Activations& x,
         const __m256i w = load32(block + 2);  // signed: |w| times x with w's sign
         partial = dot(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w));
       } else {
-        partial = dot(nibbles32(block + (K == Kind::Q4_0 ? 2 : 4)), xq);
+        __m256i q = nibbles32(block + nibbles_offset(K));
+        if constexpr (has_fifth_bits(K))
+          q = _mm256_or_si256(q, fifth_bits32(fifth_bits_of<K>(block)));
+        partial = dot(q, xq);
       }
       acc[i % 4] =
           _mm256_fmadd_ps(_mm256_cvtepi32_ps(partial), _mm256_broadcast_ss(scales + i), acc[i % 4]);
@@ -1298,12 +1336,24 @@ __attribute__((target("avx512vl,avx512vnni"))) float q8_dot_vnni(const Q8Activat
 #endif
 
 #if AMC_DEQUANT_NEON_KERNELS
+/// The fifth bits qh of a Q5_0/Q5_1 block at bit 4 of each byte (0x10 or 0): elements 0-15 in
+/// `low`, 16-31 in `high`. Byte j takes byte j / 8 of qh and tests bit j % 8 of it.
+inline void fifth_bits16x2(u32 qh, uint8x16_t& low, uint8x16_t& high) {
+  const uint8x8_t bytes = vcreate_u8(qh);
+  const uint8x16_t bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ULL));
+  const uint8x16_t fifth = vdupq_n_u8(0x10);
+  low = vandq_u8(vtstq_u8(vcombine_u8(vdup_lane_u8(bytes, 0), vdup_lane_u8(bytes, 1)), bit), fifth);
+  high =
+      vandq_u8(vtstq_u8(vcombine_u8(vdup_lane_u8(bytes, 2), vdup_lane_u8(bytes, 3)), bit), fifth);
+}
+
 /// The Q8 dot products with NEON, four blocks at a time: each block's 32 products summed
 /// exactly in four 32-bit lanes by `dot(w0, w1, x0, x1)` (quants 0-15 and 16-31 of the weight
-/// and of x), the four blocks' lanes added pairwise into one vector of their integer sums S (the
-/// generic kernel's, exactly), Q4_0's -8 sum_x subtracted in integers, then scaled in f32 with
-/// one FMA per four blocks. Block b lands in lane b % 8 of two accumulators, as in the generic
-/// kernel's lanes; the sum over lanes is vaddv's.
+/// and of x; Q4's and Q5's unsigned, 0..31 fitting int8), the four blocks' lanes added pairwise
+/// into one vector of their integer sums S (the generic kernel's, exactly), Q4_0's -8 sum_x and
+/// Q5_0's -16 sum_x subtracted in integers, then scaled in f32 with one FMA per four blocks. Block
+/// b lands in lane b % 8 of two accumulators, as in the generic kernel's lanes; the sum over lanes
+/// is vaddv's.
 // always_inline: the dot-product kernel inlines this loop into its own target, where the SDOT
 // `dot` can be inlined in turn (as q8_dot_simd for VNNI).
 template <Kind K, class Dot>
@@ -1315,9 +1365,15 @@ __attribute__((always_inline)) inline int32x4_t q8_block_sums(const u8* block,
     const auto* w = reinterpret_cast<const std::int8_t*>(block + 2);
     return dot(vld1q_s8(w), vld1q_s8(w + 16), x0, x1);
   } else {
-    const uint8x16_t raw = vld1q_u8(block + (K == Kind::Q4_0 ? 2 : 4));
-    return dot(vreinterpretq_s8_u8(low_nibbles(raw)), vreinterpretq_s8_u8(high_nibbles(raw)), x0,
-               x1);
+    const uint8x16_t raw = vld1q_u8(block + nibbles_offset(K));
+    uint8x16_t q0 = low_nibbles(raw), q1 = high_nibbles(raw);
+    if constexpr (has_fifth_bits(K)) {
+      uint8x16_t f0, f1;
+      fifth_bits16x2(fifth_bits_of<K>(block), f0, f1);
+      q0 = vorrq_u8(q0, f0);
+      q1 = vorrq_u8(q1, f1);
+    }
+    return dot(vreinterpretq_s8_u8(q0), vreinterpretq_s8_u8(q1), x0, x1);
   }
 }
 
@@ -1339,16 +1395,16 @@ __attribute__((always_inline)) inline float32x4_t q8_group(float32x4_t acc, cons
     const u8* block = in + i * kBytes;
     partial[i] = q8_block_sums<K>(block, xq + 32 * i, dot);
     d16[i] = load_u16(block);
-    if constexpr (K == Kind::Q4_1) m16[i] = load_u16(block + 2);
+    if constexpr (has_min(K)) m16[i] = load_u16(block + 2);
   }
   int32x4_t sums = vpaddq_s32(vpaddq_s32(partial[0], partial[1]),
                               vpaddq_s32(partial[2], partial[3]));  // lane i: block i's S
   const float32x4_t x_scale = vld1q_f32(dx);
   const float32x4_t scale = vmulq_f32(vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(d16))), x_scale);
   const int32x4_t x_sum = vld1q_s32(sx);
-  if constexpr (K == Kind::Q4_0) sums = vsubq_s32(sums, vshlq_n_s32(x_sum, 3));
+  if constexpr (zero_point(K) != 0) sums = vmlsq_n_s32(sums, x_sum, zero_point(K));
   acc = vfmaq_f32(acc, vcvtq_f32_s32(sums), scale);
-  if constexpr (K == Kind::Q4_1) {
+  if constexpr (has_min(K)) {
     const float32x4_t m = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(m16)));
     acc = vfmaq_f32(acc, m, vmulq_f32(x_scale, vcvtq_f32_s32(x_sum)));
   }
@@ -1540,8 +1596,8 @@ AMC_DOTPROD_TARGET float q8_dot_dotprod(const Q8Activations& x, const std::byte*
 #endif  // AMC_DOTPROD_KERNELS
 #endif  // AMC_DEQUANT_NEON_KERNELS
 
-/// Pick<K>::kernel for the six types with 8-bit activation kernels (Q8_0, Q4_0, Q4_1, Q4_K,
-/// Q5_K, Q6_K), null for the others.
+/// Pick<K>::kernel for the eight types with 8-bit activation kernels (Q8_0, Q4_0, Q4_1, Q5_0,
+/// Q5_1, Q4_K, Q5_K, Q6_K), null for the others.
 template <template <Kind> class Pick>
 constexpr Q8Kernel q8_kernel_of(Kind kind) {
   switch (kind) {
@@ -1551,6 +1607,10 @@ constexpr Q8Kernel q8_kernel_of(Kind kind) {
       return Pick<Kind::Q4_0>::kernel;
     case Kind::Q4_1:
       return Pick<Kind::Q4_1>::kernel;
+    case Kind::Q5_0:
+      return Pick<Kind::Q5_0>::kernel;
+    case Kind::Q5_1:
+      return Pick<Kind::Q5_1>::kernel;
     case Kind::Q4_K:
       return Pick<Kind::Q4_K>::kernel;
     case Kind::Q5_K:

@@ -25,8 +25,9 @@ using Bf16Kernel = void (*)(const std::byte* in, bf16* out, std::size_t blocks);
 /// x with the exact dequantized values, summed in f32 (gguf_quants_kernels.hpp says in which
 /// order for each instruction set).
 using DotKernel = float (*)(const float* x, const std::byte* in, std::size_t blocks);
-/// The same over activations quantized to 8 bits (amc::Q8Activations); Q8_0, Q4_0, Q4_1, Q4_K,
-/// Q5_K and Q6_K only (`blocks` of the weight's type: super-blocks of 256 for the k-quants).
+/// The same over activations quantized to 8 bits (amc::Q8Activations); Q8_0, Q4_0, Q4_1, Q5_0,
+/// Q5_1, Q4_K, Q5_K and Q6_K only (`blocks` of the weight's type: super-blocks of 256 for the
+/// k-quants).
 using Q8Kernel = float (*)(const Q8Activations& x, const std::byte* in, std::size_t blocks);
 /// amc::quantize_activations over `blocks` blocks of 32: x and q [blocks, 32], scale and sum
 /// [blocks]. Every table's is bit for bit the scalar one (gguf_quants_kernels.hpp).

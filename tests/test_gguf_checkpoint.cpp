@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -485,25 +486,43 @@ TEST_CASE("a GGUF file whose tensors disagree with its config is refused by tens
 
 TEST_CASE("8-bit activations: rows of every type with a Q8 kernel go through it, others not",
           "[gguf]") {
-  // --activations q8 on stored blocks (matvec_q8): a stack of Q4_K, Q5_0, Q6_K, Q5_K, Q8_0 and
-  // Q4_1 matrices of 512 columns (two super-blocks a row). The k-quant rows and Q8_0's and
-  // Q4_1's must give exactly amc::q8_dot_kernel's value on the quantized activations (plus the
-  // bias), Q5_0's (no 8-bit kernel) exactly amc::quantized_dot's on the f32 ones; rows outside
-  // [begin, end) are not written. No synthetic GGUF checkpoint has k-quant matrices
-  // (checkpoint-to-gguf writes Q8_0 and Q4_0, the test's hidden sizes are not multiples of 256),
-  // so this checks the dispatch directly; the kernels' arithmetic is test_gguf_quants's.
+  // --activations q8 on stored blocks (matvec_q8): a stack of Q4_K, BF16, Q5_0, Q6_K, Q5_K,
+  // Q8_0, Q5_1 and Q4_1 matrices of 512 columns (two super-blocks a row). The block rows (every
+  // block type amc keeps has an 8-bit kernel) must give exactly amc::q8_dot_kernel's value on
+  // the quantized activations (plus the bias), the plain BF16 one's (no 8-bit kernel) exactly
+  // matvec's on the f32 ones; rows outside [begin, end) are not written. No synthetic GGUF
+  // checkpoint has k-quant or Q5 matrices (checkpoint-to-gguf writes Q8_0 and Q4_0, the test's
+  // hidden sizes are not multiples of 256), so this checks the dispatch directly; the kernels'
+  // arithmetic is test_gguf_quants's.
   constexpr std::int64_t cols = 512;
+  constexpr std::int64_t rows = 3;
   std::mt19937 rng(35);
-  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::Q6_K,
-                            GgmlType::Q5_K, GgmlType::Q8_0, GgmlType::Q4_1};
+  const std::optional<GgmlType> types[] = {GgmlType::Q4_K, std::nullopt,   GgmlType::Q5_0,
+                                           GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q8_0,
+                                           GgmlType::Q5_1, GgmlType::Q4_1};
   std::vector<std::vector<std::byte>> bytes;
   std::vector<Matrix> matrices;
   bytes.reserve(std::size(types));
-  for (const GgmlType type : types) {
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (const std::optional<GgmlType> blocks_type : types) {
+    if (!blocks_type) {  // plain BF16 rows
+      std::vector<std::byte>& b = bytes.emplace_back(rows * cols * sizeof(amc::bf16));
+      for (std::size_t k = 0; k < b.size() / sizeof(amc::bf16); ++k) {
+        const amc::bf16 v = amc::to_bf16(uniform(rng));
+        std::memcpy(b.data() + k * sizeof v, &v, sizeof v);
+      }
+      matrices.push_back({.dtype = amc::StorageType::bf16,
+                          .data = b.data(),
+                          .rows = rows,
+                          .cols = cols,
+                          .blocks = std::nullopt,
+                          .block_row_bytes = 0});
+      continue;
+    }
+    const GgmlType type = *blocks_type;
     const amc::GgmlTypeLayout layout = *amc::ggml_type_layout(static_cast<std::uint32_t>(type));
     const auto row_bytes =
         static_cast<std::size_t>(cols / layout.block_elements * layout.block_bytes);
-    constexpr std::int64_t rows = 3;
     std::vector<std::byte>& b = bytes.emplace_back(rows * row_bytes);
     for (std::byte& v : b) v = static_cast<std::byte>(rng() & 0xFF);
     // Every f16 scale field (d, dmin or m at bytes 0 and 2 of a block; Q6_K's d at 208) finite:
@@ -524,10 +543,12 @@ TEST_CASE("8-bit activations: rows of every type with a Q8 kernel go through it,
   for (const Matrix& m : matrices) parts.push_back(&m);
   const Stack stack{parts};
   CHECK(has_q8_kernel(stack));
-  CHECK_FALSE(has_q8_kernel(Stack{std::span(parts).subspan(1, 1)}));  // Q5_0 alone
+  CHECK_FALSE(has_q8_kernel(Stack{std::span(parts).subspan(1, 1)}));  // BF16 alone
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    CHECK(has_q8_kernel(Stack{std::span(parts).subspan(k, 1)}) == parts[k]->blocks.has_value());
+  }
 
   std::vector<float> x(cols), bias(static_cast<std::size_t>(stack.rows()));
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (float& v : x) v = uniform(rng);
   for (float& v : bias) v = uniform(rng);
   amc::Q8Activations xq;
@@ -539,16 +560,20 @@ TEST_CASE("8-bit activations: rows of every type with a Q8 kernel go through it,
   CHECK(y.back() == -999.0f);
   std::int64_t r = 0;
   for (const Matrix& m : matrices) {
-    const amc::GgmlTypeLayout layout =
-        *amc::ggml_type_layout(static_cast<std::uint32_t>(*m.blocks));
-    const auto blocks = static_cast<std::size_t>(cols / layout.block_elements);
     for (std::int64_t i = 0; i < m.rows; ++i, ++r) {
       if (r < begin || r >= end) continue;
-      const auto* row = static_cast<const std::byte*>(m.row(i));
-      const bool q8 = *m.blocks != GgmlType::Q5_0;
-      const float dot = q8 ? amc::q8_dot_kernel(*m.blocks)(xq, row, blocks)
-                           : amc::quantized_dot_kernel(*m.blocks)(x.data(), row, blocks);
-      INFO(amc::to_string(*m.blocks) << " row " << i);
+      float dot = 0.0f;
+      if (m.blocks) {
+        const amc::GgmlTypeLayout layout =
+            *amc::ggml_type_layout(static_cast<std::uint32_t>(*m.blocks));
+        const auto blocks = static_cast<std::size_t>(cols / layout.block_elements);
+        dot = amc::q8_dot_kernel(*m.blocks)(xq, static_cast<const std::byte*>(m.row(i)), blocks);
+      } else {
+        std::vector<float> one(static_cast<std::size_t>(m.rows));
+        matvec(m, x.data(), nullptr, i, i + 1, one.data());
+        dot = one[static_cast<std::size_t>(i)];
+      }
+      INFO((m.blocks ? amc::to_string(*m.blocks) : "BF16") << " row " << i);
       CHECK(y[static_cast<std::size_t>(r)] == dot + bias[static_cast<std::size_t>(r)]);
     }
   }

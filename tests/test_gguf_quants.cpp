@@ -588,12 +588,34 @@ TEST_CASE("quantize_activations: ggml's Q8 blocks, by hand", "[gguf_quants]") {
 
 namespace {
 
-/// A Q8 kernel over `blocks` random blocks of `type` and random activations, quantized, against
-/// the products of the dequantized weights and the quantized activations in double: what every
-/// kernel computes exactly in integers and then scales in f32.
-void check_q8_dot(GgmlType type, std::size_t blocks, amc::Q8DotKernel kernel) {
+/// The part of every weight of the block of 32 at `at` that the Q8 kernels scale apart from
+/// the quants' sum (they cancel in the weight): Q4_0's -8 d and Q5_0's -16 d (the x86 kernels
+/// sum them apart), Q4_1's and Q5_1's m; 0 for Q8_0.
+double q8_offset(GgmlType type, const std::vector<std::uint8_t>& b, std::size_t at) {
+  switch (type) {
+    case GgmlType::Q4_0:
+      return -8.0 * f16_value(u16_at(b, at));
+    case GgmlType::Q5_0:
+      return -16.0 * f16_value(u16_at(b, at));
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+      return f16_value(u16_at(b, at + 2));
+    default:
+      return 0.0;
+  }
+}
+
+/// A Q8 kernel over `blocks` random blocks of `type` (changed by `edit` if given) and random
+/// activations, quantized, against the products of the weights decoded by hand (reference) and
+/// the quantized activations in double: what every kernel computes exactly in integers and then
+/// scales in f32. The magnitude M sums |w - o| |x| + |o| |x| with o the offset q8_offset (the
+/// kernels may sum the two apart); a few f32 roundings per block's term (the scales, the offset)
+/// and the sum over blocks: |got - exact| <= (blocks + 16) u M, u = 2^-24.
+void check_q8_dot(GgmlType type, std::size_t blocks, amc::Q8DotKernel kernel,
+                  const std::function<void(std::vector<std::uint8_t>&)>& edit = {}) {
   const Layout layout = layout_of(type);
-  const std::vector<std::uint8_t> buffer = finite_blocks(type, 0, blocks);
+  std::vector<std::uint8_t> buffer = finite_blocks(type, 0, blocks);
+  if (edit) edit(buffer);
   std::vector<float> x(blocks * 32);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (float& v : x) v = uniform(rng());
@@ -601,16 +623,16 @@ void check_q8_dot(GgmlType type, std::size_t blocks, amc::Q8DotKernel kernel) {
   amc::quantize_activations(x, q);
   double exact = 0.0, magnitude = 0.0;
   for (std::size_t b = 0; b < blocks; ++b) {
+    const std::size_t at = b * static_cast<std::size_t>(layout.bytes);
+    const double offset = q8_offset(type, buffer, at);
     for (int e = 0; e < 32; ++e) {
-      const double p =
-          reference(type, buffer, b * static_cast<std::size_t>(layout.bytes), e) *
-          (static_cast<double>(q.q[32 * b + static_cast<std::size_t>(e)]) * q.scale[b]);
-      exact += p;
-      magnitude += std::abs(p);
+      const double w = reference(type, buffer, at, e);
+      const double xv = static_cast<double>(q.q[32 * b + static_cast<std::size_t>(e)]) * q.scale[b];
+      exact += w * xv;
+      magnitude += (std::abs(w - offset) + std::abs(offset)) * std::abs(xv);
     }
   }
   const float got = kernel(q, reinterpret_cast<const std::byte*>(buffer.data()), blocks);
-  // A few f32 roundings per block's term (scales, offset) and the sum over blocks.
   const double bound = (static_cast<double>(blocks) + 16.0) * 0x1p-24 * magnitude;
   INFO(amc::to_string(type) << ", " << blocks << " blocks: got " << got << ", exact " << exact
                             << ", bound " << bound);
@@ -619,16 +641,18 @@ void check_q8_dot(GgmlType type, std::size_t blocks, amc::Q8DotKernel kernel) {
 
 }  // namespace
 
-TEST_CASE("q8_dot: Q8_0, Q4_0, Q4_1 against the quantized activations' products in double",
-          "[gguf_quants]") {
+TEST_CASE(
+    "q8_dot: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 against the quantized activations' products in double",
+    "[gguf_quants]") {
   INFO("kernel table: " << amc::kernels::active().name);
-  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1}) {
+  for (const GgmlType type :
+       {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1}) {
     for (const std::size_t blocks : {std::size_t{1}, std::size_t{9}, std::size_t{48}}) {
       check_q8_dot(type, blocks, amc::q8_dot_kernel(type));
     }
   }
-  REQUIRE_THROWS_WITH(amc::q8_dot_kernel(GgmlType::Q5_0),
-                      AMC_CONTAINS("amc::q8_dot_kernel: type Q5_0 has no 8-bit activation kernel"));
+  REQUIRE_THROWS_WITH(amc::q8_dot_kernel(GgmlType::F16),
+                      AMC_CONTAINS("amc::q8_dot_kernel: type F16 has no 8-bit activation kernel"));
   REQUIRE_THROWS_WITH(amc::q8_dot_kernel(GgmlType::Q2_K),
                       AMC_CONTAINS("amc::q8_dot_kernel: type Q2_K has no 8-bit activation kernel"));
 }
@@ -660,12 +684,14 @@ std::size_t kind_index(GgmlType type) {
   return 0;
 }
 
-const GgmlType q8_types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1};
+/// The Q8 kernels of the blocks of 32.
+const GgmlType q8_types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                             GgmlType::Q5_1};
 /// The k-quants' Q8 kernels (super-blocks of 256 against 8 activation blocks of 32 each).
 const GgmlType k_q8_types[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 /// Every type with a Q8 kernel.
-const GgmlType all_q8_types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,
-                                 GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+const GgmlType all_q8_types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                                 GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
 const DequantTable* table_named(std::string_view name) {
   for (const DequantTable* table : amc::dequant::available_tables()) {
@@ -719,7 +745,7 @@ TEST_CASE("dequant tables: one per instruction set of the operators, each comple
       CHECK(table->q8_dot[kind_index(type)] != nullptr);
       CHECK((table->q8_dot_extension[kind_index(type)] != nullptr) == !table->extension.empty());
     }
-    for (const GgmlType type : {GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::F16}) {
+    for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
       CHECK(table->q8_dot[kind_index(type)] == nullptr);
       CHECK(table->q8_dot_extension[kind_index(type)] == nullptr);
     }
@@ -790,13 +816,36 @@ TEST_CASE("q8_dot: every table's kernels, with and without the extension, within
         check_q8_dot(type, blocks, variant.of(type));
       }
     }
+    // Q5_0 and Q5_1 with every fifth bit clear, every one set, and a different pattern per block
+    // (clear, set, alternating, or one of the two halves), the rest random.
+    for (const GgmlType type : {GgmlType::Q5_0, GgmlType::Q5_1}) {
+      const std::size_t qh_at = type == GgmlType::Q5_1 ? 4 : 2;
+      const std::uint32_t patterns[] = {0x00000000u, 0xFFFFFFFFu, 0x55555555u, 0xFFFF0000u,
+                                        0x0000FFFFu};
+      for (const int fill : {0, 1, -1}) {
+        INFO(amc::to_string(type) << " fifth bits "
+                                  << (fill < 0 ? "by block"
+                                      : fill   ? "set"
+                                               : "clear"));
+        for (const std::size_t blocks : {1, 5, 13}) {
+          check_q8_dot(type, blocks, variant.of(type), [&](std::vector<std::uint8_t>& b) {
+            const auto size = static_cast<std::size_t>(layout_of(type).bytes);
+            for (std::size_t k = 0; k < blocks; ++k) {
+              const std::uint32_t qh = fill < 0 ? patterns[k % 5] : fill ? 0xFFFFFFFFu : 0u;
+              std::memcpy(b.data() + k * size + qh_at, &qh, sizeof qh);  // little-endian
+            }
+          });
+        }
+      }
+    }
   }
 }
 
 namespace {
 
-/// `blocks` blocks of `type` with f16 scale bits d(b) (and offset bits m(b), Q4_1) and quants
-/// quant(b, e) for element e: Q8_0's signed (-128..127), Q4_0's and Q4_1's nibbles (0..15).
+/// `blocks` blocks of `type` with f16 scale bits d(b) (and offset bits m(b), Q4_1 and Q5_1) and
+/// quants quant(b, e) for element e as stored: Q8_0's signed (-128..127), Q4_0's and Q4_1's
+/// nibbles (0..15), Q5_0's and Q5_1's 0..31 (the fifth bit into bit e of qh).
 std::vector<std::uint8_t> make_blocks(GgmlType type, std::size_t blocks,
                                       const std::function<std::uint16_t(std::size_t)>& d,
                                       const std::function<std::uint16_t(std::size_t)>& m,
@@ -814,10 +863,17 @@ std::vector<std::uint8_t> make_blocks(GgmlType type, std::size_t blocks,
       for (int e = 0; e < 32; ++e) block[2 + e] = static_cast<std::uint8_t>(quant(b, e));
       continue;
     }
-    if (type == GgmlType::Q4_1) put16(2, m(b));
-    std::uint8_t* qs = block + (type == GgmlType::Q4_1 ? 4 : 2);
+    const bool min = type == GgmlType::Q4_1 || type == GgmlType::Q5_1;
+    const bool five = type == GgmlType::Q5_0 || type == GgmlType::Q5_1;
+    if (min) put16(2, m(b));
+    std::uint8_t* qs = block + (min ? 4 : 2) + (five ? 4 : 0);
     for (int e = 0; e < 16; ++e) {
-      qs[e] = static_cast<std::uint8_t>(quant(b, e) | (quant(b, e + 16) << 4));
+      qs[e] = static_cast<std::uint8_t>((quant(b, e) & 15) | ((quant(b, e + 16) & 15) << 4));
+    }
+    if (five) {
+      std::uint8_t* qh = block + (min ? 4 : 2);
+      for (int e = 0; e < 32; ++e)
+        qh[e / 8] |= static_cast<std::uint8_t>((quant(b, e) >> 4) << (e % 8));
     }
   }
   return bytes;
@@ -857,11 +913,8 @@ void check_exact(GgmlType type, const std::vector<std::uint8_t>& weights,
       const std::size_t at = b * static_cast<std::size_t>(layout.bytes);
       const double xv = x.q[32 * b + static_cast<std::size_t>(e)] * static_cast<double>(x.scale[b]);
       exact += reference(type, weights, at, e) * xv;
-      // The kernels sum q d x and the offset's -8 d x or m x apart (Q4_0, Q4_1): both count.
-      const double d = f16_value(u16_at(weights, at));
-      const double offset = type == GgmlType::Q4_0   ? -8.0 * d
-                            : type == GgmlType::Q4_1 ? f16_value(u16_at(weights, at + 2))
-                                                     : 0.0;
+      // The kernels may sum q d x and the offset's -8 d x, -16 d x or m x apart: both count.
+      const double offset = q8_offset(type, weights, at);
       magnitude +=
           (std::abs(reference(type, weights, at, e) - offset) + std::abs(offset)) * std::abs(xv);
     }
@@ -881,6 +934,12 @@ void check_exact(GgmlType type, const std::vector<std::uint8_t>& weights,
 
 constexpr std::uint16_t kF16Half = 0x3800, kF16One = 0x3C00, kF16Two = 0x4000;
 
+/// The largest stored quant of a block of 32 (make_blocks): Q8_0's 127, Q4's 15, Q5's 31.
+int top_quant(GgmlType type) {
+  if (type == GgmlType::Q8_0) return 127;
+  return type == GgmlType::Q5_0 || type == GgmlType::Q5_1 ? 31 : 15;
+}
+
 }  // namespace
 
 TEST_CASE("q8_dot: every kernel's integer sums are exact, equal to the generic kernel's",
@@ -889,20 +948,28 @@ TEST_CASE("q8_dot: every kernel's integer sums are exact, equal to the generic k
   const auto zero16 = [](std::size_t) { return std::uint16_t{0}; };
   const auto unit = [](std::size_t) { return 1.0f; };
   SECTION("the largest products (16-bit sums of more than two overflow), every group tail") {
-    // Q8_0's -128 and Q4's nibbles 0 and 15 (weights -8 and 7 for Q4_0) against +-127.
+    // Q8_0's -128 and Q4's nibbles 0 and 15 (weights -8 and 7 for Q4_0) against +-127; Q5's
+    // quants 0 and 31 (every fifth bit clear or set; weights -16 and 15 for Q5_0), and 16 and 15
+    // (the fifth bit alone, the nibble alone; alternating: both alternate).
     struct Pattern {
-      int weight;  // the quant (Q8_0) or nibble (Q4)
+      int weight;  // the quant as stored
       int x;
-      bool alternate;  // the weight's sign (Q8_0) or nibble (Q4) alternates along the block
+      bool alternate;  // the weight's sign (Q8_0) or quant (Q4, Q5: q, top - q) alternates
     };
     for (const GgmlType type : q8_types) {
       const bool q8 = type == GgmlType::Q8_0;
-      for (const Pattern p :
-           {Pattern{q8 ? -128 : 0, 127, false}, Pattern{q8 ? -128 : 0, -127, false},
-            Pattern{q8 ? 127 : 15, 127, false}, Pattern{q8 ? -128 : 15, 127, true}}) {
+      const int top = top_quant(type);
+      std::vector<Pattern> patterns = {{q8 ? -128 : 0, 127, false},
+                                       {q8 ? -128 : 0, -127, false},
+                                       {top, 127, false},
+                                       {q8 ? -128 : top, 127, true}};
+      if (top == 31) {
+        patterns.insert(patterns.end(), {{16, 127, false}, {15, -127, false}, {16, -127, true}});
+      }
+      for (const Pattern p : patterns) {
         const auto quant = [&](std::size_t, int e) {
           if (!p.alternate || e % 2 == 0) return p.weight;
-          return q8 ? -p.weight - 1 : 15 - p.weight;
+          return q8 ? -p.weight - 1 : top - p.weight;
         };
         for (std::size_t blocks = 1; blocks <= 13; ++blocks) {
           INFO("pattern weight " << p.weight << " x " << p.x
@@ -919,7 +986,7 @@ TEST_CASE("q8_dot: every kernel's integer sums are exact, equal to the generic k
     std::uniform_int_distribution<int> x_quant(-127, 127), offset(0, 2);
     for (const GgmlType type : q8_types) {
       std::uniform_int_distribution<int> w_quant(type == GgmlType::Q8_0 ? -128 : 0,
-                                                 type == GgmlType::Q8_0 ? 127 : 15);
+                                                 top_quant(type));
       for (const std::size_t blocks : {1, 2, 3, 4, 5, 7, 8, 9, 16, 48}) {
         const std::uint16_t offsets[] = {0x0000, kF16One, 0xBC00};  // 0, 1, -1
         std::vector<std::uint16_t> m(blocks);
@@ -940,7 +1007,7 @@ TEST_CASE("q8_dot: every kernel's integer sums are exact, equal to the generic k
     const float dx_values[] = {0.5f, 1.0f, 2.0f};
     for (const GgmlType type : q8_types) {
       std::uniform_int_distribution<int> w_quant(type == GgmlType::Q8_0 ? -32 : 0,
-                                                 type == GgmlType::Q8_0 ? 31 : 15);
+                                                 type == GgmlType::Q8_0 ? 31 : top_quant(type));
       for (const std::size_t blocks : {1, 3, 4, 6, 8, 11, 13}) {
         std::vector<std::uint16_t> d(blocks), m(blocks);
         std::vector<float> dx(blocks);

@@ -163,6 +163,8 @@ bool q8_type(const Matrix& m) {
     case GgmlType::Q8_0:
     case GgmlType::Q4_0:
     case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
     case GgmlType::Q4_K:
     case GgmlType::Q5_K:
     case GgmlType::Q6_K:

@@ -42,12 +42,12 @@ void matvec(const Stack& w, const float* x, const float* bias, std::int64_t begi
             float* y);
 
 /// Whether some part of `w` is kept as blocks with an 8-bit activation kernel (Q8_0, Q4_0,
-/// Q4_1, Q4_K, Q5_K, Q6_K: amc::q8_dot_kernel).
+/// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: amc::q8_dot_kernel; every block type amc keeps).
 bool has_q8_kernel(const Stack& w);
 
-/// matvec with the activations quantized to 8 bits: rows of Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K
-/// blocks through amc::q8_dot_kernel on `xq` (x quantized by amc::quantize_activations), every
-/// other row as matvec does on x.
+/// matvec with the activations quantized to 8 bits: rows of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+/// Q5_K or Q6_K blocks through amc::q8_dot_kernel on `xq` (x quantized by
+/// amc::quantize_activations), every other row (F32, F16, BF16) as matvec does on x.
 void matvec_q8(const Stack& w, const float* x, const Q8Activations& xq, const float* bias,
                std::int64_t begin, std::int64_t end, float* y);
 

@@ -73,7 +73,7 @@ enum class Activations : std::uint8_t {
   /// 8-bit: the activations quantized per block of 32 (amc::quantize_activations) and
   /// multiplied in integers (amc::q8_dot_kernel), as llama.cpp does: faster where the CPU has
   /// integer dot products, at the cost of the activations' rounding. Only Q8_0, Q4_0, Q4_1,
-  /// Q4_K, Q5_K and Q6_K blocks; other matrices (Q5_0, Q5_1, unquantized) as with f32.
+  /// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K blocks; other matrices (unquantized) as with f32.
   q8,
 };
 

@@ -117,7 +117,7 @@ void add_session_flags(CLI::App& app, SessionFlags& flags) {
   app.add_option("--activations", flags.activations,
                  "with --weight-dtype stored: f32 (exact block values times f32 activations) or "
                  "q8 (activations quantized per block of 32 and multiplied in integers, as "
-                 "llama.cpp does; Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K blocks)")
+                 "llama.cpp does; Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K blocks)")
       ->type_name("f32|q8")
       ->capture_default_str();
 }

@@ -69,10 +69,11 @@ struct Q8Activations {
 /// about 3.7e-37) gets quants 0 and scale 0. The same bits on every instruction set.
 void quantize_activations(std::span<const float> x, Q8Activations& out);
 
-/// <d q, w> over `block_count` blocks of a Q8_0, Q4_0 or Q4_1 row (blocks of 32) or of a Q4_K,
-/// Q5_K or Q6_K row (super-blocks of 256; `x` covers them, 8 of its blocks per super-block):
-/// per block of 32 activations the integer sum of q times the weight's quants, exact, then
-/// scaled by the two scales in f32 (Q4_1 adds its offset times the activations' sum). The
+/// <d q, w> over `block_count` blocks of a Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 row (blocks of 32) or
+/// of a Q4_K, Q5_K or Q6_K row (super-blocks of 256; `x` covers them, 8 of its blocks per
+/// super-block): per block of 32 activations the integer sum of q times the weight's quants,
+/// exact, then scaled by the two scales in f32 (Q4_1 and Q5_1 add their offset times the
+/// activations' sum). The
 /// k-quants likewise per sub-block, with its decoded scale: Q4_K's and Q5_K's sub-blocks of 32
 /// as Q4_1 (their min times the activations' sum subtracted), Q6_K's two sub-blocks of 16 per
 /// block of 32 each summed and scaled apart. Faster than QuantizedDotKernel where the CPU has
@@ -82,9 +83,9 @@ void quantize_activations(std::span<const float> x, Q8Activations& out);
 using Q8DotKernel = float (*)(const Q8Activations& x, const std::byte* blocks,
                               std::size_t block_count);
 
-/// The active instruction set's Q8DotKernel for Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K (with
-/// AVX-512 VNNI or the Armv8.2 dot product where the CPU has it); amc::error
-/// "amc::q8_dot_kernel: ..." for any other type.
+/// The active instruction set's Q8DotKernel for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or
+/// Q6_K (with AVX-512 VNNI or the Armv8.2 dot product where the CPU has it); amc::error
+/// "amc::q8_dot_kernel: ..." for any other type (F32, F16, BF16 among those amc reads).
 Q8DotKernel q8_dot_kernel(GgmlType type);
 
 }  // namespace amc
