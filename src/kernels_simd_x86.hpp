@@ -190,12 +190,25 @@ void fold_chunk_scores_wide(const AttendArgs& a, float* scores, std::int64_t row
 /// horizontal reductions and a scalar log per head: a quarter of the two-stage rule's selection
 /// in a profile (docs/performance.md). Lanes past `count` read as -inf, which changes no max and
 /// adds exp(-inf) = 0 to no sum.
+/// op folded over the 16 lanes of x in transpose_reduce16's order (lanes i and i + 8, then i and
+/// i + 4, then j and j + 2, then the last two), so one row alone reduces to the same bits as in
+/// a group of 16.
+template <class Op>
+inline float reduce16_in_transpose_order(__m512 x, Op op) {
+  const __m256 eighths = op(_mm512_castps512_ps256(x),
+                            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  const __m128 quarters = op(_mm256_castps256_ps128(eighths), _mm256_extractf128_ps(eighths, 1));
+  const __m128 pairs = op(quarters, _mm_movehl_ps(quarters, quarters));
+  return _mm_cvtss_f32(op(pairs, _mm_shuffle_ps(pairs, pairs, _MM_SHUFFLE(1, 1, 1, 1))));
+}
+
 template <class Arch>
 void log_sum_exp_wide(const float* scores, std::int64_t heads, std::int64_t count, float* out,
                       std::ptrdiff_t out_stride) {
   using Batch = FloatBatch<Arch>;
   constexpr int W = static_cast<int>(Batch::size);
   static_assert(W == 16, "the wide log-sum-exp is written for AVX-512");
+  constexpr int kFewHeads = 4;  // up to this many, a reduction per head costs less than 16 rows'
   constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
   const std::int64_t full = count / W;
   const std::int64_t vectors = (count + W - 1) / W;
@@ -206,9 +219,40 @@ void log_sum_exp_wide(const float* scores, std::int64_t heads, std::int64_t coun
   };
   const auto add = [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); };
   const auto max = [](__m512 x, __m512 y) { return _mm512_max_ps(x, y); };
+  // The ops of one lane of the reductions below, at the widths reduce16_in_transpose_order
+  // takes them (the 256- and 128-bit forms give each lane the same bits as the 512-bit one).
+  const auto add_narrow = [](auto x, auto y) {
+    if constexpr (sizeof(x) == 32)
+      return _mm256_add_ps(x, y);
+    else
+      return _mm_add_ps(x, y);
+  };
+  const auto max_narrow = [](auto x, auto y) {
+    if constexpr (sizeof(x) == 32)
+      return _mm256_max_ps(x, y);
+    else
+      return _mm_max_ps(x, y);
+  };
   for (std::int64_t h0 = 0; h0 < heads; h0 += W) {
     const int n = static_cast<int>(std::min<std::int64_t>(W, heads - h0));
     const float* group = scores + h0 * count;
+    if (n <= kFewHeads) {
+      // A few heads (one, with per-head selection): each reduced alone, in the same order as a
+      // lane of the transposing reductions, where those would fold 16 rows for n live ones.
+      for (int h = 0; h < n; ++h) {
+        const float* head = group + h * count;
+        __m512 m = _mm512_set1_ps(kMinusInf);
+        for (std::int64_t v = 0; v < vectors; ++v) m = _mm512_max_ps(m, load(head, v));
+        const float head_max = reduce16_in_transpose_order(m, max_narrow);
+        Batch sum(0.0f);
+        for (std::int64_t v = 0; v < vectors; ++v)
+          sum += xsimd::exp(Batch(load(head, v)) - Batch(head_max));
+        const float total = reduce16_in_transpose_order(sum, add_narrow);
+        out[(h0 + h) * out_stride] =
+            _mm512_cvtss_f32(_mm512_add_ps(_mm512_set1_ps(head_max), xsimd::log(Batch(total))));
+      }
+      continue;
+    }
     __m512 lanes[W];
     for (int h = 0; h < W; ++h) {
       lanes[h] = _mm512_set1_ps(kMinusInf);
