@@ -184,12 +184,6 @@ void fold_chunk_scores_wide(const AttendArgs& a, float* scores, std::int64_t row
   }
 }
 
-/// KernelTable::log_sum_exp for AVX-512, 16 heads at a time: each head's max and its sum of
-/// exp(s - max) land in one lane of a transposing reduction, as fold_chunk_scores_wide folds a
-/// chunk, and one vector log serves the 16 heads. Head by head, the reduction took two
-/// horizontal reductions and a scalar log per head: a quarter of the two-stage rule's selection
-/// in a profile (docs/performance.md). Lanes past `count` read as -inf, which changes no max and
-/// adds exp(-inf) = 0 to no sum.
 /// op folded over the 16 lanes of x in transpose_reduce16's order (lanes i and i + 8, then i and
 /// i + 4, then j and j + 2, then the last two), so one row alone reduces to the same bits as in
 /// a group of 16.
@@ -202,6 +196,13 @@ inline float reduce16_in_transpose_order(__m512 x, Op op) {
   return _mm_cvtss_f32(op(pairs, _mm_shuffle_ps(pairs, pairs, _MM_SHUFFLE(1, 1, 1, 1))));
 }
 
+/// KernelTable::log_sum_exp for AVX-512, 16 heads at a time: each head's max and its sum of
+/// exp(s - max) land in one lane of a transposing reduction, as fold_chunk_scores_wide folds a
+/// chunk, and one vector log serves the 16 heads. Head by head, the reduction took two
+/// horizontal reductions and a scalar log per head: a quarter of the two-stage rule's selection
+/// in a profile (docs/performance.md). A group of at most kFewHeads heads (per-head selection
+/// calls this for one) is reduced head by head in the same lane order, to the same bits. Lanes
+/// past `count` read as -inf, which changes no max and adds exp(-inf) = 0 to no sum.
 template <class Arch>
 void log_sum_exp_wide(const float* scores, std::int64_t heads, std::int64_t count, float* out,
                       std::ptrdiff_t out_stride) {

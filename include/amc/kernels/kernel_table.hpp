@@ -106,7 +106,8 @@ struct KernelTable {
   /// scores[h * count + r] and m_h = max_r s_hr, for h < heads: each head's log-sum-exp (-inf
   /// when count == 0). The scores may be overwritten. Summed in an order fixed per table: the
   /// scalar, SSE2, AVX2 and NEON tables reduce head by head (max, exp_sum, std::log); AVX-512
-  /// reduces 16 heads at once, each in one lane of a transposing sum, and takes one vector log.
+  /// reduces 16 heads at once, each in one lane of a transposing sum, and takes one vector log
+  /// (up to 4 heads one by one in that lane order: a head's result never depends on the others).
   void (*log_sum_exp)(float* scores, std::int64_t heads, std::int64_t count, float* out,
                       std::ptrdiff_t out_stride) = nullptr;
   /// score_rows into scratch [heads, count] followed by log_sum_exp, in one call (bit for bit
