@@ -843,6 +843,12 @@ TEST_CASE("q8_dot: every table's kernels, with and without the extension, within
 
 namespace {
 
+/// A 16-bit field (an f16 scale) stored little-endian at block + at, as GGUF stores it.
+void put16(std::uint8_t* block, int at, std::uint16_t bits) {
+  block[at] = static_cast<std::uint8_t>(bits & 0xFF);
+  block[at + 1] = static_cast<std::uint8_t>(bits >> 8);
+}
+
 /// `blocks` blocks of `type` with f16 scale bits d(b) (and offset bits m(b), Q4_1 and Q5_1) and
 /// quants quant(b, e) for element e as stored: Q8_0's signed (-128..127), Q4_0's and Q4_1's
 /// nibbles (0..15), Q5_0's and Q5_1's 0..31 (the fifth bit into bit e of qh).
@@ -854,18 +860,14 @@ std::vector<std::uint8_t> make_blocks(GgmlType type, std::size_t blocks,
   std::vector<std::uint8_t> bytes(blocks * static_cast<std::size_t>(layout.bytes));
   for (std::size_t b = 0; b < blocks; ++b) {
     std::uint8_t* block = bytes.data() + b * static_cast<std::size_t>(layout.bytes);
-    const auto put16 = [&](int at, std::uint16_t bits) {
-      block[at] = static_cast<std::uint8_t>(bits & 0xFF);
-      block[at + 1] = static_cast<std::uint8_t>(bits >> 8);
-    };
-    put16(0, d(b));
+    put16(block, 0, d(b));
     if (type == GgmlType::Q8_0) {
       for (int e = 0; e < 32; ++e) block[2 + e] = static_cast<std::uint8_t>(quant(b, e));
       continue;
     }
     const bool min = type == GgmlType::Q4_1 || type == GgmlType::Q5_1;
     const bool five = type == GgmlType::Q5_0 || type == GgmlType::Q5_1;
-    if (min) put16(2, m(b));
+    if (min) put16(block, 2, m(b));
     std::uint8_t* qs = block + (min ? 4 : 2) + (five ? 4 : 0);
     for (int e = 0; e < 16; ++e) {
       qs[e] = static_cast<std::uint8_t>((quant(b, e) & 15) | ((quant(b, e + 16) & 15) << 4));
@@ -1051,12 +1053,8 @@ std::vector<std::uint8_t> make_k_blocks(GgmlType type, std::size_t blocks,
   std::vector<std::uint8_t> bytes(blocks * static_cast<std::size_t>(layout.bytes));
   for (std::size_t b = 0; b < blocks; ++b) {
     std::uint8_t* block = bytes.data() + b * static_cast<std::size_t>(layout.bytes);
-    const auto put16 = [&](int at, std::uint16_t bits) {
-      block[at] = static_cast<std::uint8_t>(bits & 0xFF);
-      block[at + 1] = static_cast<std::uint8_t>(bits >> 8);
-    };
     if (type == GgmlType::Q6_K) {
-      put16(208, d(b));
+      put16(block, 208, d(b));
       for (int k = 0; k < 16; ++k) block[192 + k] = static_cast<std::uint8_t>(scale(b, k));
       for (int e = 0; e < 256; ++e) {
         const int q = quant(b, e), half = e / 128, k = (e % 128) / 32, l = e % 32;
@@ -1066,8 +1064,8 @@ std::vector<std::uint8_t> make_k_blocks(GgmlType type, std::size_t blocks,
       }
       continue;
     }
-    put16(0, d(b));
-    put16(2, dmin(b));
+    put16(block, 0, d(b));
+    put16(block, 2, dmin(b));
     std::uint8_t* s = block + 4;
     for (int j = 0; j < 8; ++j) {
       const int sc = scale(b, j), m = min(b, j);
