@@ -4,9 +4,13 @@
 //
 // This file is portable xsimd code. What xsimd does not cover, or covers too slowly, is in one
 // header per architecture, each giving the same names: load_f32<Arch>(const bf16*) and
-// load_f32<Arch>(const f16*) (widening loads), prefetch_line(p) and transpose_sum<Arch>(rows);
+// load_f32<Arch>(const f16*) (widening loads), prefetch_line(p), prefetch_line_l2(p) and
+// transpose_sum<Arch>(rows);
 // x86 adds the AVX-512 fold of chunk scores (fold_chunk_scores_wide, AMC_SIMD_WIDE_FOLD).
 #pragma once
+
+#include <cstdint>
+#include <limits>
 
 #include "kernels_simd_batch.hpp"
 
@@ -148,6 +152,71 @@ struct BlockedOps : SimdOps<Arch> {
     }
   }
 
+  /// The cache lines of a few row ranges (a chunk's keys, values and their scales), asked
+  /// towards L2 a few lines at a time: attention spreads its next chunk's lines over the rows of
+  /// this chunk's value loop, so the misses overlap the arithmetic. Asked for all at once at
+  /// the top of a chunk, as before, they exhaust the core's line fill buffers and stall it until
+  /// most have arrived: dense bf16 decode at 131072 positions took 5.0-5.2 ms cold that way
+  /// against 4.1-4.2 spread, f32 6.6-7.0 against 5.7-5.9 (docs/performance.md); spread but two
+  /// or four chunks ahead, or in bursts towards L2, measured slower.
+  class AheadLines {
+   public:
+    /// Adds `rows` rows of `row_bytes` bytes, `stride` bytes apart, after the ranges added
+    /// (at most four). Rows that follow each other are one run.
+    void add(const void* first, std::ptrdiff_t stride, std::int64_t rows, std::int64_t row_bytes) {
+      if (rows <= 0 || row_bytes <= 0) return;
+      if (stride == row_bytes) {
+        row_bytes *= rows;
+        rows = 1;
+      }
+      ranges_[count_++] = {static_cast<const char*>(first), stride, rows, row_bytes};
+      const bool aligned = reinterpret_cast<std::uintptr_t>(first) % 64 == 0 && stride % 64 == 0;
+      lines_ += rows * ((row_bytes + 63) / 64 + (aligned ? 0 : 1));  // a row may straddle one more
+      if (count_ == 1) start_row();
+    }
+    /// Makes each of the next `steps` calls of step() ask for an equal share of the lines.
+    void pace(std::int64_t steps) { per_step_ = steps > 0 ? (lines_ + steps - 1) / steps : lines_; }
+    /// Asks for the next share of lines (pace()).
+    void step() { ask(per_step_); }
+    /// Asks for every line not yet asked for.
+    void finish() { ask(std::numeric_limits<std::int64_t>::max()); }
+
+   private:
+    struct Range {
+      const char* first;
+      std::ptrdiff_t stride;
+      std::int64_t rows, row_bytes;
+    };
+    /// Points next_ at the first line of row row_ of range range_, end_ past the row's last byte.
+    void start_row() {
+      const Range& r = ranges_[range_];
+      const char* row = r.first + row_ * r.stride;
+      next_ = row - reinterpret_cast<std::uintptr_t>(row) % 64;
+      end_ = row + r.row_bytes;
+    }
+    void ask(std::int64_t lines) {
+      while (lines > 0 && range_ < count_) {
+        for (; lines > 0 && next_ < end_; --lines, next_ += 64) prefetch_line_l2(next_);
+        if (next_ < end_) return;
+        if (++row_ == ranges_[range_].rows) {
+          row_ = 0;
+          if (++range_ == count_) return;
+        }
+        start_row();
+      }
+    }
+    Range ranges_[4]{};
+    int count_ = 0, range_ = 0;
+    std::int64_t row_ = 0, lines_ = 0, per_step_ = 0;
+    const char* next_ = nullptr;  // the next line to ask for
+    const char* end_ = nullptr;   // past the current row
+  };
+
+  /// AheadLines paced over one chunk's value loop: one step per row and slab of 2W channels.
+  static void pace_over_values(AheadLines& ahead, std::int64_t rows, std::int64_t head_dim) {
+    ahead.pace(rows * ((head_dim + 2 * W - 1) / (2 * W)));
+  }
+
   /// Vector registers of the instruction set (AVX-512: 32, AVX/SSE: 16).
   static constexpr int kRegisters = W == 16 ? 32 : 16;
 
@@ -194,47 +263,11 @@ struct BlockedOps : SimdOps<Arch> {
     return transpose_sum<Arch>(acc);
   }
 
-  /// Rows per tile of a long scan (the mean keys of a long cache): 256 rows of f32 at head_dim
-  /// 64 are 64 KiB, which L2 holds next to the tile being scored. Scans of at least four tiles
-  /// are tiled: measured faster cold at 2048 and 4096 rows (65536 and 131072 positions at block
-  /// 32); 128-row tiles gained nothing at 512 rows, and on rows already in cache the extra read
-  /// costs about 1.1 us per 512 rows (docs/performance.md).
-  static constexpr std::int64_t kTouchRows = 256;
-  static constexpr std::int64_t kTouchMinRows = 4 * kTouchRows;
-
-  /// Reads every cache line of `count` rows with plain vector loads (integer ORs, so no
-  /// floating-point assist on whatever bits the rows hold). A tight run of independent loads
-  /// keeps many misses in flight and the hardware prefetcher at full rate, where the scoring
-  /// loop, dense in arithmetic, has few loads in its window at a time.
-  template <KvStorage T>
-  static void touch_rows(const T* rows, std::ptrdiff_t stride, std::int64_t count,
-                         std::int64_t head_dim) {
-    using Bits = xsimd::batch<std::int32_t, Arch>;
-    constexpr std::int64_t kLine = 64 / static_cast<std::int64_t>(sizeof(T));  // elements per line
-    const auto line = [](const T* p) {
-      return Bits::load_unaligned(reinterpret_cast<const std::int32_t*>(p));
-    };
-    Bits a(0), b(0), c(0), d(0);
-    if (stride == head_dim) {  // one run of count * head_dim elements: four lines per step
-      const std::int64_t n = count * head_dim;
-      std::int64_t i = 0;
-      for (; i + 4 * kLine <= n; i += 4 * kLine) {
-        a = a | line(rows + i);
-        b = b | line(rows + i + kLine);
-        c = c | line(rows + i + 2 * kLine);
-        d = d | line(rows + i + 3 * kLine);
-      }
-      for (; i + kLine <= n; i += kLine) a = a | line(rows + i);
-    } else {
-      for (std::int64_t r = 0; r < count; ++r) {
-        for (std::int64_t i = 0; i + kLine <= head_dim; i += kLine)
-          a = a | line(rows + r * stride + i);
-      }
-    }
-    alignas(64) std::int32_t lanes[Bits::size];
-    ((a | b) | (c | d)).store_aligned(lanes);
-    asm volatile("" : : "r"(lanes[0]) : "memory");  // the loads must happen
-  }
+  /// Scans of at least this many rows (the mean keys or bound rows of a long cache: 1024 rows
+  /// are 32768 positions at blocks of 32) stream from memory; score_rows_fixed asks for their
+  /// rows kStreamGroupsAhead groups ahead, towards L2, a few lines per head scored.
+  static constexpr std::int64_t kStreamMinRows = 1024;
+  static constexpr std::int64_t kStreamGroupsAhead = 4;
 
   template <std::int64_t kDim, KvStorage T>
   static void score_rows_fixed(const float* queries, std::int64_t heads, std::int64_t head_dim,
@@ -248,64 +281,54 @@ struct BlockedOps : SimdOps<Arch> {
     // heads each in the benchmarks' group.
     constexpr bool kWiden = !std::same_as<T, float> && kDim > 0;
     alignas(64) float widened[kWiden ? W * kDim : 1];
-    const auto score_group_of_rows = [&](std::int64_t r0, std::int64_t group, auto&& store) {
+    const auto score_group_of_rows = [&](std::int64_t r0, std::int64_t group, AheadLines* ahead,
+                                         auto&& store) {
+      const float* group_rows = nullptr;
       if constexpr (kWiden) {
         if (heads > 1) {
           widen_rows(rows + r0 * row_stride, row_stride, group, kDim, widened);
-          for (std::int64_t h = 0; h < heads; ++h)
-            store(h,
-                  score_group<kDim, float>(queries + h * head_dim, head_dim, widened, kDim, group));
-          return;
+          group_rows = widened;
         }
       }
-      for (std::int64_t h = 0; h < heads; ++h)
-        store(h, score_group<kDim, T>(queries + h * head_dim, head_dim, rows + r0 * row_stride,
-                                      row_stride, group));
+      for (std::int64_t h = 0; h < heads; ++h) {
+        if (ahead != nullptr) ahead->step();
+        const float* q = queries + h * head_dim;
+        store(h,
+              group_rows != nullptr
+                  ? score_group<kDim, float>(q, head_dim, group_rows, kDim, group)
+                  : score_group<kDim, T>(q, head_dim, rows + r0 * row_stride, row_stride, group));
+      }
     };
+    // A long scan asks for the group kStreamGroupsAhead ahead while the heads score this one,
+    // spread over the heads (AheadLines); before, it read 256-row tiles ahead with plain loads,
+    // which the core waited for: twostage/bound's selection at 131072 took 353-361 us cold that
+    // way, 286-300 streamed, the mean rule's 176-192 against 126-146 (docs/performance.md).
+    // Short scans (attention's chunks, the shortlisted blocks) ask two groups ahead into L1.
+    const bool stream = count >= kStreamMinRows;
+    const std::int64_t row_bytes = head_dim * static_cast<std::int64_t>(sizeof(T));
+    if (stream) prefetch_rows(rows, row_stride, kStreamGroupsAhead * W, head_dim);
     std::int64_t r0 = 0;
     for (; r0 + W <= count; r0 += W) {
-      // Long scans (the mean keys of a long cache) stream from memory: ask two groups ahead.
-      if (r0 + 3 * W <= count)
+      AheadLines ahead;
+      if (stream) {
+        const std::int64_t next = r0 + kStreamGroupsAhead * W;
+        ahead.add(rows + next * row_stride, row_stride * static_cast<std::ptrdiff_t>(sizeof(T)),
+                  std::clamp<std::int64_t>(count - next, 0, W), row_bytes);
+        ahead.pace(heads);
+      } else if (r0 + 3 * W <= count) {
         prefetch_rows(rows + (r0 + 2 * W) * row_stride, row_stride, W, head_dim);
-      score_group_of_rows(r0, W, [&](std::int64_t h, Batch scores) {
+      }
+      score_group_of_rows(r0, W, stream ? &ahead : nullptr, [&](std::int64_t h, Batch scores) {
         scores.store_unaligned(out + h * out_stride + r0);
       });
+      ahead.finish();
     }
     if (r0 < count) {
-      score_group_of_rows(r0, count - r0, [&](std::int64_t h, Batch scores) {
+      score_group_of_rows(r0, count - r0, nullptr, [&](std::int64_t h, Batch scores) {
         alignas(64) float lanes[W];
         scores.store_aligned(lanes);
         std::copy_n(lanes, count - r0, out + h * out_stride + r0);
       });
-    }
-  }
-
-  /// score_rows_fixed over a long scan from cold memory: read tile t + 1 with plain loads, then
-  /// score tile t out of L2. Selection at 131072 positions (4096 rows of mean keys, 7 heads)
-  /// took 69-73 us cold this way against 82-92 us scored straight from memory with prefetching.
-  /// A separate function so that the short scans of the attention kernel keep their code.
-  template <std::int64_t kDim, KvStorage T>
-  static void score_rows_tiled(const float* queries, std::int64_t heads, std::int64_t head_dim,
-                               const T* rows, std::ptrdiff_t row_stride, std::int64_t count,
-                               float* out, std::ptrdiff_t out_stride) {
-    touch_rows(rows, row_stride, std::min(kTouchRows, count), head_dim);
-    for (std::int64_t t0 = 0; t0 < count; t0 += kTouchRows) {
-      const std::int64_t t1 = std::min(t0 + kTouchRows, count);
-      if (t1 < count)
-        touch_rows(rows + t1 * row_stride, row_stride, std::min(kTouchRows, count - t1), head_dim);
-      score_rows_fixed<kDim, T>(queries, heads, head_dim, rows + t0 * row_stride, row_stride,
-                                t1 - t0, out + t0, out_stride);
-    }
-  }
-
-  template <std::int64_t kDim, KvStorage T>
-  static void score_rows_any_length(const float* queries, std::int64_t heads, std::int64_t head_dim,
-                                    const T* rows, std::ptrdiff_t row_stride, std::int64_t count,
-                                    float* out, std::ptrdiff_t out_stride) {
-    if (count >= kTouchMinRows && head_dim * static_cast<std::int64_t>(sizeof(T)) >= 64) {
-      score_rows_tiled<kDim, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
-    } else {
-      score_rows_fixed<kDim, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
     }
   }
 
@@ -318,14 +341,11 @@ struct BlockedOps : SimdOps<Arch> {
     if (head_dim % W != 0) {
       score_rows_entry<Base, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
     } else if (head_dim == 64 && 64 / W + W + 2 <= kRegisters) {
-      score_rows_any_length<64, T>(queries, heads, head_dim, rows, row_stride, count, out,
-                                   out_stride);
+      score_rows_fixed<64, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
     } else if (head_dim == 128 && 128 / W + W + 2 <= kRegisters) {
-      score_rows_any_length<128, T>(queries, heads, head_dim, rows, row_stride, count, out,
-                                    out_stride);
+      score_rows_fixed<128, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
     } else {
-      score_rows_any_length<0, T>(queries, heads, head_dim, rows, row_stride, count, out,
-                                  out_stride);
+      score_rows_fixed<0, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
     }
   }
 
@@ -357,7 +377,8 @@ struct BlockedOps : SimdOps<Arch> {
   /// loads of the accumulators into registers instead of taking a pass of its own.
   template <int kHeads, class Rows>
   static void accumulate_values(const float* weights, const float* rescale, const Rows& values,
-                                std::int64_t rows, std::int64_t head_dim, float* accumulator) {
+                                std::int64_t rows, std::int64_t head_dim, float* accumulator,
+                                AheadLines* ahead) {
     auto load_accumulator = [&](int h, std::int64_t c) {
       const Batch acc = Batch::load_unaligned(accumulator + h * head_dim + c);
       return rescale == nullptr ? acc : acc * Batch(rescale[h]);
@@ -371,6 +392,7 @@ struct BlockedOps : SimdOps<Arch> {
         hi[h] = load_accumulator(h, c + W);
       }
       for (std::int64_t r = 0; r < rows; ++r) {
+        if (ahead != nullptr) ahead->step();
         const Batch v0 = values.load(r, c);
         const Batch v1 = values.load(r, c + W);
 #pragma GCC unroll 8
@@ -391,6 +413,7 @@ struct BlockedOps : SimdOps<Arch> {
 #pragma GCC unroll 8
       for (int h = 0; h < kHeads; ++h) acc[h] = load_accumulator(h, c);
       for (std::int64_t r = 0; r < rows; ++r) {
+        if (ahead != nullptr) ahead->step();
         const Batch v = values.load(r, c);
 #pragma GCC unroll 8
         for (int h = 0; h < kHeads; ++h)
@@ -401,38 +424,41 @@ struct BlockedOps : SimdOps<Arch> {
     }
   }
 
+  /// accumulate_values for any number of heads, kHeadGroup at a time; `ahead` (may be null)
+  /// steps through the first group's value loop.
   template <class Rows>
   static void accumulate_values_any(std::int64_t heads, const float* weights, const float* rescale,
                                     const Rows& values, std::int64_t rows, std::int64_t head_dim,
-                                    float* accumulator) {
+                                    float* accumulator, AheadLines* ahead) {
     for (std::int64_t h0 = 0; h0 < heads; h0 += kHeadGroup) {
       const float* w = weights + h0 * kAttendChunk;
       const float* r = rescale == nullptr ? nullptr : rescale + h0;
       float* acc = accumulator + h0 * head_dim;
+      AheadLines* steps = h0 == 0 ? ahead : nullptr;
       switch (std::min(kHeadGroup, heads - h0)) {
         case 1:
-          accumulate_values<1>(w, r, values, rows, head_dim, acc);
+          accumulate_values<1>(w, r, values, rows, head_dim, acc, steps);
           break;
         case 2:
-          accumulate_values<2>(w, r, values, rows, head_dim, acc);
+          accumulate_values<2>(w, r, values, rows, head_dim, acc, steps);
           break;
         case 3:
-          accumulate_values<3>(w, r, values, rows, head_dim, acc);
+          accumulate_values<3>(w, r, values, rows, head_dim, acc, steps);
           break;
         case 4:
-          accumulate_values<4>(w, r, values, rows, head_dim, acc);
+          accumulate_values<4>(w, r, values, rows, head_dim, acc, steps);
           break;
         case 5:
-          accumulate_values<5>(w, r, values, rows, head_dim, acc);
+          accumulate_values<5>(w, r, values, rows, head_dim, acc, steps);
           break;
         case 6:
-          accumulate_values<6>(w, r, values, rows, head_dim, acc);
+          accumulate_values<6>(w, r, values, rows, head_dim, acc, steps);
           break;
         case 7:
-          accumulate_values<7>(w, r, values, rows, head_dim, acc);
+          accumulate_values<7>(w, r, values, rows, head_dim, acc, steps);
           break;
         default:
-          accumulate_values<8>(w, r, values, rows, head_dim, acc);
+          accumulate_values<8>(w, r, values, rows, head_dim, acc, steps);
           break;
       }
     }
@@ -480,15 +506,22 @@ struct BlockedOps : SimdOps<Arch> {
     float* scores = a.scratch;                              // [heads, kAttendChunk]
     float* converted = a.scratch + a.heads * kAttendChunk;  // [kAttendChunk, head_dim]
     [[maybe_unused]] float* rescale = converted + kAttendChunk * a.head_dim;  // [heads]: wide fold
+    constexpr auto kBytes = static_cast<std::ptrdiff_t>(sizeof(T));
+    const std::int64_t row_bytes = a.head_dim * kBytes;
+    // The first chunk's values are needed only after its scores: asked for now, their latency
+    // overlaps the scoring. Every later chunk's keys and values are asked for during the chunk
+    // before it (AheadLines).
+    prefetch_rows(values, a.value_stride, std::min(kAttendChunk, a.rows), a.head_dim);
     for (std::int64_t first = 0; first < a.rows; first += kAttendChunk) {
       const std::int64_t rows = std::min(kAttendChunk, a.rows - first);
       const T* chunk_keys = keys + first * a.key_stride;
       const T* chunk_values = values + first * a.value_stride;
-      // The chunk's values are needed only after its scores, and the next chunk's keys after
-      // that: asking for both now overlaps their memory latency with this chunk's arithmetic.
-      prefetch_rows(chunk_values, a.value_stride, rows, a.head_dim);
       const std::int64_t next_rows = std::min(kAttendChunk, a.rows - first - rows);
-      prefetch_rows(chunk_keys + rows * a.key_stride, a.key_stride, next_rows, a.head_dim);
+      AheadLines ahead;
+      ahead.add(chunk_keys + rows * a.key_stride, a.key_stride * kBytes, next_rows, row_bytes);
+      ahead.add(chunk_values + rows * a.value_stride, a.value_stride * kBytes, next_rows,
+                row_bytes);
+      pace_over_values(ahead, rows, a.head_dim);
       // Narrow keys are widened once per chunk rather than once per head; a single head
       // widens them on the fly instead.
       if (std::same_as<T, float> || a.heads == 1) {
@@ -503,13 +536,15 @@ struct BlockedOps : SimdOps<Arch> {
       if constexpr (W == 16) {
         fold_chunk_scores_wide<Arch>(a, scores, rows, rescale);
         accumulate_values_any(a.heads, scores, rescale, StoredRows<T>{chunk_values, a.value_stride},
-                              rows, a.head_dim, a.accumulator);
+                              rows, a.head_dim, a.accumulator, &ahead);
+        ahead.finish();
         continue;
       }
 #endif
       fold_chunk_scores<Base>(a, scores, rows);  // rescales the accumulators itself
       accumulate_values_any(a.heads, scores, nullptr, StoredRows<T>{chunk_values, a.value_stride},
-                            rows, a.head_dim, a.accumulator);
+                            rows, a.head_dim, a.accumulator, &ahead);
+      ahead.finish();
     }
   }
 
@@ -589,19 +624,26 @@ struct BlockedOps : SimdOps<Arch> {
     float* converted = a.scratch + a.heads * kAttendChunk;   // [kAttendChunk, head_dim]
     float* rescale = converted + kAttendChunk * a.head_dim;  // [heads]: wide fold
     float* scales = rescale + a.heads;                       // [kAttendChunk, blocks]
+    // As attend: the first chunk's values now, each later chunk during the one before it.
+    const std::int64_t first_rows = std::min(kAttendChunk, a.rows);
+    prefetch_bytes(values, a.value_stride, first_rows, a.head_dim);
+    prefetch_bytes(a.value_scales, a.value_scale_stride * kScaleBytes, first_rows,
+                   blocks * kScaleBytes);
     for (std::int64_t first = 0; first < a.rows; first += kAttendChunk) {
       const std::int64_t rows = std::min(kAttendChunk, a.rows - first);
       const std::int8_t* chunk_keys = keys + first * a.key_stride;
       const std::int8_t* chunk_values = values + first * a.value_stride;
       const f16* chunk_value_scales = a.value_scales + first * a.value_scale_stride;
-      // As attend: this chunk's values and the next chunk's keys, quants and scales.
-      prefetch_bytes(chunk_values, a.value_stride, rows, a.head_dim);
-      prefetch_bytes(chunk_value_scales, a.value_scale_stride * kScaleBytes, rows,
-                     blocks * kScaleBytes);
-      const std::int64_t next_rows = std::min(kAttendChunk, a.rows - first - rows);
-      prefetch_bytes(chunk_keys + rows * a.key_stride, a.key_stride, next_rows, a.head_dim);
-      prefetch_bytes(a.key_scales + (first + rows) * a.key_scale_stride,
-                     a.key_scale_stride * kScaleBytes, next_rows, blocks * kScaleBytes);
+      const std::int64_t next = first + rows;
+      const std::int64_t next_rows = std::min(kAttendChunk, a.rows - next);
+      AheadLines ahead;
+      ahead.add(keys + next * a.key_stride, a.key_stride, next_rows, a.head_dim);
+      ahead.add(a.key_scales + next * a.key_scale_stride, a.key_scale_stride * kScaleBytes,
+                next_rows, blocks * kScaleBytes);
+      ahead.add(values + next * a.value_stride, a.value_stride, next_rows, a.head_dim);
+      ahead.add(a.value_scales + next * a.value_scale_stride, a.value_scale_stride * kScaleBytes,
+                next_rows, blocks * kScaleBytes);
+      pace_over_values(ahead, rows, a.head_dim);
       widen_q8_0_rows(chunk_keys, a.key_stride, a.key_scales + first * a.key_scale_stride,
                       a.key_scale_stride, rows, a.head_dim, scales, converted);
       score_rows<float>(a.queries, a.heads, a.head_dim, converted, a.head_dim, rows, scores,
@@ -611,12 +653,16 @@ struct BlockedOps : SimdOps<Arch> {
 #if AMC_SIMD_WIDE_FOLD
       if constexpr (W == 16) {
         fold_chunk_scores_wide<Arch>(a, scores, rows, rescale);
-        accumulate_values_any(a.heads, scores, rescale, chunk, rows, a.head_dim, a.accumulator);
+        accumulate_values_any(a.heads, scores, rescale, chunk, rows, a.head_dim, a.accumulator,
+                              &ahead);
+        ahead.finish();
         continue;
       }
 #endif
       fold_chunk_scores<Base>(a, scores, rows);
-      accumulate_values_any(a.heads, scores, nullptr, chunk, rows, a.head_dim, a.accumulator);
+      accumulate_values_any(a.heads, scores, nullptr, chunk, rows, a.head_dim, a.accumulator,
+                            &ahead);
+      ahead.finish();
     }
   }
 };

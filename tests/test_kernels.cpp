@@ -352,10 +352,10 @@ TEMPLATE_TEST_CASE("log_sum_exp_rows matches a double reference and is score_row
   }
 }
 
-TEMPLATE_TEST_CASE("score_rows over long scans (read ahead in tiles) matches a double reference",
+TEMPLATE_TEST_CASE("score_rows over long scans (streamed ahead) matches a double reference",
                    "[kernels]", float, amc::bf16, amc::f16) {
-  // 1024 rows and more take the tiled path of the blocked kernels (the selector's scan of the
-  // mean keys of a long cache); contiguous and strided rows, whole and partial last groups.
+  // 1024 rows and more take the streaming path of the blocked kernels (the selector's scan of
+  // the mean keys of a long cache); contiguous and strided rows, whole and partial last groups.
   using T = TestType;
   const auto s = kernels::index_of(storage_type_of<T>);
   for (const KernelTable* table : kernels::available()) {
