@@ -1,6 +1,7 @@
 // The kernel algorithms, written once over a primitive-operations policy `Ops`:
 //   Ops::name, Ops::kLanes,
 //   Ops::dot<T>(q, x, n), Ops::axpy(alpha, x, y, n) (f32 x), Ops::load<T>(x, y, n),
+//   optionally Ops::dot_ahead<T>(q, x, n, ahead),
 //   Ops::max(x, n), Ops::exp_sum(x, n, shift), Ops::scale(y, alpha, n),
 //   Ops::first_above(x, n, threshold).
 // Included by one translation unit per instruction set (kernels_scalar.cpp, kernels_sse2.cpp,
@@ -19,6 +20,15 @@ namespace {
 template <class Ops, KvStorage T>
 float dot_entry(const float* q, const void* x, std::int64_t n) {
   return Ops::template dot<T>(q, static_cast<const T*>(x), n);
+}
+
+template <class Ops, KvStorage T>
+float dot_ahead_entry(const float* q, const void* x, std::int64_t n, const void* ahead) {
+  if constexpr (requires { Ops::template dot_ahead<T>(q, static_cast<const T*>(x), n, ahead); }) {
+    return Ops::template dot_ahead<T>(q, static_cast<const T*>(x), n, ahead);
+  } else {
+    return Ops::template dot<T>(q, static_cast<const T*>(x), n);
+  }
 }
 
 template <class Ops, KvStorage T>
@@ -189,6 +199,7 @@ KernelTable make_table() {
   auto fill = [&]<KvStorage T>() {
     const std::size_t i = index_of(storage_type_of<T>);
     table.dot[i] = &dot_entry<Ops, T>;
+    table.dot_ahead[i] = &dot_ahead_entry<Ops, T>;
     table.axpy[i] = &axpy_entry<Ops, T>;
     table.load[i] = &load_entry<Ops, T>;
     // An instruction set may bring its own blocked versions of the fused kernels.

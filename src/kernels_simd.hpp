@@ -34,12 +34,37 @@ struct SimdOps {
 
   template <KvStorage T>
   static float dot(const float* q, const T* x, std::int64_t n) {
+    return dot_ahead<T>(q, x, n, nullptr);
+  }
+
+  /// KernelTable::dot_ahead: dot's loop, asking for the line of `ahead` at the same byte offset
+  /// as each line of x it starts. One matrix row ahead in the transformer's matvec: bursts of a
+  /// whole row's prefetches there stalled the core as they do in attention (AheadLines).
+  template <KvStorage T>
+  static float dot_ahead(const float* q, const T* x, std::int64_t n, const void* ahead) {
+    constexpr std::int64_t kStepBytes = 2 * W * static_cast<std::int64_t>(sizeof(T));
+    const auto* ahead_bytes = static_cast<const char*>(ahead);
     // Two accumulators hide the FMA latency on the short rows (head_dim 64) of decode.
     Batch acc0(0.0f), acc1(0.0f);
     std::int64_t i = 0;
     for (; i + 2 * W <= n; i += 2 * W) {
+      if (ahead_bytes != nullptr) {
+        const std::int64_t offset = i * static_cast<std::int64_t>(sizeof(T));
+        if constexpr (kStepBytes >= 64) {
+          for (std::int64_t b = 0; b < kStepBytes; b += 64)
+            prefetch_line_l2(ahead_bytes + offset + b);
+        } else if (offset % 64 == 0) {
+          prefetch_line_l2(ahead_bytes + offset);
+        }
+      }
       acc0 = xsimd::fma(Batch::load_unaligned(q + i), load_f32<Arch>(x + i), acc0);
       acc1 = xsimd::fma(Batch::load_unaligned(q + i + W), load_f32<Arch>(x + i + W), acc1);
+    }
+    if (ahead_bytes != nullptr) {  // the lines the loop did not reach, and a line-crossing end
+      const auto end = n * static_cast<std::int64_t>(sizeof(T));
+      for (std::int64_t b = i * static_cast<std::int64_t>(sizeof(T)); b < end; b += 64)
+        prefetch_line_l2(ahead_bytes + b);
+      if (end > 0) prefetch_line_l2(ahead_bytes + end - 1);
     }
     for (; i + W <= n; i += W) {
       acc0 = xsimd::fma(Batch::load_unaligned(q + i), load_f32<Arch>(x + i), acc0);

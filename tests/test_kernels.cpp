@@ -53,7 +53,13 @@ void check_storage_kernels(const KernelTable& table) {
         dot += static_cast<double>(q[i]) * xs[i];
         magnitude += std::abs(static_cast<double>(q[i]) * xs[i]);
       }
-      REQUIRE(std::abs(table.dot[s](q, x, n) - dot) <= sum_tolerance(magnitude, n));
+      const float product = table.dot[s](q, x, n);
+      REQUIRE(std::abs(product - dot) <= sum_tolerance(magnitude, n));
+      // dot_ahead only adds requests for another row's lines: the same bits, with or without
+      // one (a row at a misaligned start).
+      const std::vector<float> other_row(static_cast<std::size_t>(n + 2));
+      REQUIRE(same_bits(table.dot_ahead[s](q, x, n, other_row.data() + 1), product));
+      REQUIRE(same_bits(table.dot_ahead[s](q, x, n, nullptr), product));
 
       std::vector<float> y_buffer = test::random_floats(static_cast<std::size_t>(n + offset));
       std::vector<float> y_before(y_buffer);

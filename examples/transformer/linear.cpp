@@ -120,19 +120,18 @@ void row_to_f32(const Matrix& w, std::int64_t r, float* out) {
 void matvec(const Matrix& w, const float* x, const float* bias, std::int64_t begin,
             std::int64_t end, float* y) {
   if (w.blocks) return matvec_blocks(w, x, bias, begin, end, y);
-  const auto dot = kernels::active().dot[kernels::index_of(w.dtype)];
-  // Prefetching the row kPrefetchRows ahead keeps more cache misses in flight than the hardware
-  // prefetcher alone: one thread then streams the weights ~10% faster (40 vs 36 GB/s here).
-  constexpr std::int64_t kPrefetchRows = 4;
-  [[maybe_unused]] const auto row_bytes = static_cast<std::int64_t>(w.cols * w.element_bytes());
+  const auto dot_ahead = kernels::active().dot_ahead[kernels::index_of(w.dtype)];
+  // Each row's product asks for the row about kAheadBytes later, a line per line it reads
+  // (KernelTable::dot_ahead): more misses in flight than the hardware prefetcher keeps alone,
+  // without the stall that asking for a whole row at once before each row caused (the way it
+  // was until 2026-12-05; docs/performance.md, "Weight streaming, spread").
+  constexpr std::int64_t kAheadBytes = 16384;
+  const auto row_bytes =
+      std::max<std::int64_t>(1, w.cols * static_cast<std::int64_t>(w.element_bytes()));
+  const std::int64_t ahead_rows = std::max<std::int64_t>(1, kAheadBytes / row_bytes);
   for (std::int64_t r = begin; r < end; ++r) {
-#if defined(__GNUC__)
-    if (r + kPrefetchRows < w.rows) {
-      const auto* ahead = static_cast<const char*>(w.row(r + kPrefetchRows));
-      for (std::int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b);
-    }
-#endif
-    y[r] = dot(x, w.row(r), w.cols) + (bias != nullptr ? bias[r] : 0.0f);
+    const void* ahead = r + ahead_rows < w.rows ? w.row(r + ahead_rows) : nullptr;
+    y[r] = dot_ahead(x, w.row(r), w.cols, ahead) + (bias != nullptr ? bias[r] : 0.0f);
   }
 }
 

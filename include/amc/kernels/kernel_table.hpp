@@ -64,6 +64,11 @@ struct KernelTable {
 
   /// <q, x> over n elements; x of the indexed storage type.
   float (*dot[kStorageTypes])(const float* q, const void* x, std::int64_t n) = {};
+  /// dot, the same bits, that also asks for the n elements at `ahead` (another row; null:
+  /// none) towards L2, a line at a time as the product goes, instead of all at once: a
+  /// matrix-vector product streams its weights so (the scalar table only computes the dot).
+  float (*dot_ahead[kStorageTypes])(const float* q, const void* x, std::int64_t n,
+                                    const void* ahead) = {};
   /// y += alpha * x over n elements; x of the indexed storage type.
   void (*axpy[kStorageTypes])(float alpha, const void* x, float* y, std::int64_t n) = {};
   /// y = float(x) over n elements.
