@@ -181,9 +181,10 @@ struct BlockedOps : SimdOps<Arch> {
   /// towards L2 a few lines at a time: attention spreads its next chunk's lines over the rows of
   /// this chunk's value loop, so the misses overlap the arithmetic. Asked for all at once at
   /// the top of a chunk, as before, they exhaust the core's line fill buffers and stall it until
-  /// most have arrived: dense bf16 decode at 131072 positions took 5.0-5.2 ms cold that way
-  /// against 4.1-4.2 spread, f32 6.6-7.0 against 5.7-5.9 (docs/performance.md); spread but two
-  /// or four chunks ahead, or in bursts towards L2, measured slower.
+  /// most have arrived: dense bf16 decode at 131072 positions took 4.8-4.9 ms cold that way
+  /// against 4.1-4.3 spread, f32 6.4-6.6 against 5.9-6.2 (two rounds, docs/performance.md,
+  /// "Reading ahead while computing"); two or four chunks ahead, or bursts towards L2, were
+  /// slower in exploratory runs.
   class AheadLines {
    public:
     /// Adds `rows` rows of `row_bytes` bytes, `stride` bytes apart, after the ranges added
@@ -326,27 +327,31 @@ struct BlockedOps : SimdOps<Arch> {
     };
     // A long scan asks for the group kStreamGroupsAhead ahead while the heads score this one,
     // spread over the heads (AheadLines); before, it read 256-row tiles ahead with plain loads,
-    // which the core waited for: twostage/bound's selection at 131072 took 353-361 us cold that
-    // way, 286-300 streamed, the mean rule's 176-192 against 126-146 (docs/performance.md).
-    // Short scans (attention's chunks, the shortlisted blocks) ask two groups ahead into L1.
+    // which the core waited for: twostage/bound's selection at 131072 took 355 us cold that
+    // way, 259 streamed, the mean rule's 181 against 132 (averages of two rounds,
+    // docs/performance.md). Short scans (attention's chunks, the shortlisted blocks) ask two
+    // groups ahead into L1.
     const bool stream = count >= kStreamMinRows;
     const std::int64_t row_bytes = head_dim * static_cast<std::int64_t>(sizeof(T));
     if (stream) prefetch_rows(rows, row_stride, kStreamGroupsAhead * W, head_dim);
     std::int64_t r0 = 0;
     for (; r0 + W <= count; r0 += W) {
-      AheadLines ahead;
+      const auto store = [&](std::int64_t h, Batch scores) {
+        scores.store_unaligned(out + h * out_stride + r0);
+      };
       if (stream) {
+        AheadLines ahead;
         const std::int64_t next = r0 + kStreamGroupsAhead * W;
         ahead.add(rows + next * row_stride, row_stride * static_cast<std::ptrdiff_t>(sizeof(T)),
                   std::clamp<std::int64_t>(count - next, 0, W), row_bytes);
         ahead.pace(heads);
-      } else if (r0 + 3 * W <= count) {
-        prefetch_rows(rows + (r0 + 2 * W) * row_stride, row_stride, W, head_dim);
+        score_group_of_rows(r0, W, &ahead, store);
+        ahead.finish();
+      } else {
+        if (r0 + 3 * W <= count)
+          prefetch_rows(rows + (r0 + 2 * W) * row_stride, row_stride, W, head_dim);
+        score_group_of_rows(r0, W, nullptr, store);
       }
-      score_group_of_rows(r0, W, stream ? &ahead : nullptr, [&](std::int64_t h, Batch scores) {
-        scores.store_unaligned(out + h * out_stride + r0);
-      });
-      ahead.finish();
     }
     if (r0 < count) {
       score_group_of_rows(r0, count - r0, nullptr, [&](std::int64_t h, Batch scores) {
