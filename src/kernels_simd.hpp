@@ -231,7 +231,7 @@ struct BlockedOps : SimdOps<Arch> {
         start_row();
       }
     }
-    Range ranges_[4]{};
+    Range ranges_[4];  // only [0, count_) is read; not zeroed, as attention builds one per chunk
     int count_ = 0, range_ = 0;
     std::int64_t row_ = 0, lines_ = 0, per_step_ = 0;
     const char* next_ = nullptr;  // the next line to ask for
