@@ -5,12 +5,18 @@
 // several times the last-level cache, stepping to the next copy each iteration: each call sees
 // cold memory, as a decode step does when it comes back to a layer's cache after the rest of
 // the model has run. Sparse calls touch so little of each copy that the ring alone would leave
-// their data in L3, so they also evict it before each call (evict_last_level_cache). Bytes
-// processed count what each call actually touches, so bytes/s compares directly with
-// BM_StreamRead, a plain SIMD read of the same bytes.
+// their data in L3, so before each call they flush the copy's lines out of every cache level and
+// read a buffer that pushes out the private caches (cold_iterations). Bytes processed count what
+// each call actually touches, so bytes/s compares directly with BM_StreamRead, a plain SIMD read
+// of the same bytes.
 #include <benchmark/benchmark.h>
 
 #include <sys/mman.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -74,6 +80,71 @@ class HugeBuffer {
   std::size_t count_ = 0;
 };
 
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("clflushopt"))) void flush_lines_clflushopt(const char* line,
+                                                                   const char* end) {
+  for (; line < end; line += 64) _mm_clflushopt(const_cast<char*>(line));  // takes void*
+  _mm_sfence();
+}
+#endif
+
+/// Whether flush_lines can drop lines from the caches on this machine (x86-64 with CLFLUSHOPT
+/// or CLFLUSH, AArch64); elsewhere the cold benchmarks rely on the eviction read alone.
+constexpr bool kFlushesLines =
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+    true;
+#else
+    false;
+#endif
+
+/// Writes back and drops every cache line of [data, data + bytes) from every cache level, so
+/// the next read of it goes to memory. Reading a buffer larger than the last-level cache does
+/// this only where the cache is small: this project's VM reports a 480 MiB L3, in which the
+/// 64 MiB eviction buffer reads back at about twice the memory's bandwidth (it stays resident
+/// and evicts nothing beyond L2), and so would every sparse copy's summaries and support.
+void flush_lines(const void* data, std::size_t bytes) {
+  if (bytes == 0) return;
+  const auto first = reinterpret_cast<std::uintptr_t>(data) & ~std::uintptr_t{63};
+  const char* line = reinterpret_cast<const char*>(first);
+  const char* end = static_cast<const char*>(data) + bytes;
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool clflushopt = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ebx & (1u << 23)) != 0;
+  }();
+  if (clflushopt) {
+    flush_lines_clflushopt(line, end);
+    return;
+  }
+  for (; line < end; line += 64) _mm_clflush(line);  // serialising: ~36 ns a line, 15x slower
+  _mm_mfence();
+#elif defined(__aarch64__)
+  for (; line < end; line += 64) asm volatile("dc civac, %0" : : "r"(line) : "memory");
+  asm volatile("dsb ish" : : : "memory");
+#else
+  static_cast<void>(line);
+  static_cast<void>(end);
+#endif
+}
+
+template <class Rows>
+void flush_rows(const Rows& rows) {
+  flush_lines(rows.data(), static_cast<std::size_t>(rows.size()) * sizeof(*rows.data()));
+}
+
+/// flush_lines over everything `summaries` holds that a rule may read.
+void flush_summaries(const BlockSummaries& summaries) {
+  flush_rows(summaries.mean_keys());
+  const SummaryOptions& options = summaries.options();
+  if (options.channel_bounds) {
+    flush_rows(summaries.channel_min());
+    flush_rows(summaries.channel_max());
+    flush_rows(summaries.channel_bound_rows());
+  }
+  if (options.value_norms) flush_rows(summaries.value_norm_max());
+  if (options.sub_blocks > 0) flush_rows(summaries.sub_block_means());
+}
+
 /// Independent copies of one KV head [positions, head_dim] with random contents and their
 /// block summaries (mean keys only, block 32).
 template <KvStorage T>
@@ -115,6 +186,15 @@ struct KvRing {
   std::int64_t advance() {
     next = (next + 1) % copies;
     return next;
+  }
+  /// Drops copy c's keys, values and summaries from the caches (flush_lines).
+  void flush(std::int64_t copy) const {
+    const std::int64_t offset = copy * positions * kHeadDim;
+    const auto bytes = static_cast<std::size_t>(positions * kHeadDim) * sizeof(T);
+    flush_lines(keys_buffer->data() + offset, bytes);
+    flush_lines(values_buffer->data() + offset, bytes);
+    flush_summaries(summaries[static_cast<std::size_t>(copy)]);
+    if (!rich_summaries.empty()) flush_summaries(rich_summaries[static_cast<std::size_t>(copy)]);
   }
 
   /// The summaries `config`'s rule reads for copy c (the means only unless it needs more).
@@ -197,6 +277,17 @@ struct Q8Ring {
     next = (next + 1) % copies;
     return next;
   }
+  /// Drops copy c's quants, scales and summaries from the caches (flush_lines).
+  void flush(std::int64_t copy) const {
+    const std::int64_t row = copy * positions;
+    const auto quant_bytes = static_cast<std::size_t>(positions * kHeadDim);
+    const auto scale_bytes = static_cast<std::size_t>(positions * kScales) * sizeof(f16);
+    flush_lines(key_quants->data() + row * kHeadDim, quant_bytes);
+    flush_lines(value_quants->data() + row * kHeadDim, quant_bytes);
+    flush_lines(key_scales->data() + row * kScales, scale_bytes);
+    flush_lines(value_scales->data() + row * kScales, scale_bytes);
+    flush_summaries(summaries[static_cast<std::size_t>(copy)]);
+  }
 };
 
 Q8Ring& q8_ring(std::int64_t n) {
@@ -208,11 +299,13 @@ Q8Ring& q8_ring(std::int64_t n) {
   return *current;
 }
 
-/// Pushes everything out of the shared last-level cache by reading a buffer twice its size, so
-/// the next call finds its data in memory, as a decode step does after the other layers and the
-/// weights have streamed through. The ring alone does this for dense calls, but not for sparse
-/// ones: what they touch across the ring (every copy's mean keys and support) stays in a 32 MiB
-/// L3 between visits at long contexts (18 MiB over the 16 copies at 131072 in bf16).
+/// Reads a 64 MiB buffer, as a decode step's other layers and weights stream through between
+/// two visits to one KV head: it pushes the private caches (L1, L2) and the TLB's entries out.
+/// It was meant to push out a 32 MiB L3 as well, but a larger L3 keeps the buffer itself (on
+/// this project's 480 MiB VM it reads back at twice the memory's bandwidth), so the sparse
+/// benchmarks also flush their copy's lines (cold_iterations); what sparse calls touch across
+/// the ring (every copy's mean keys and support, 18 MiB over the 16 copies at 131072 in bf16)
+/// would otherwise stay in L3 between visits.
 HugeBuffer<float>& flush_buffer() {
   static HugeBuffer<float>* flush = [] {
     auto* buffer = new HugeBuffer<float>((std::size_t{64} << 20) / sizeof(float));
@@ -236,21 +329,29 @@ void evict_share(std::int64_t part, std::int64_t parts) {
   benchmark::DoNotOptimize(kernels::active().stream_sum(flush.data() + begin, end - begin));
 }
 
-/// Iterations of the cold-cache benchmarks: each pays a ~1.6 ms eviction outside its timing,
-/// so they run a fixed count rather than until a minimum time.
+/// Iterations of the cold-cache benchmarks: each pays a few ms of flushing and eviction outside
+/// its timing (at 131072 positions in bf16 about 1.4 ms to flush the copy's 32 MiB of keys and
+/// values, 2.2 ms to read the 64 MiB buffer), so they run a fixed count rather than until a
+/// minimum time.
 constexpr benchmark::IterationCount kColdIterations = 200;
 
-/// One call per iteration on an evicted cache, timing the call alone (register the benchmark
-/// with UseManualTime()).
-template <class Call>
-void cold_iterations(benchmark::State& state, Call&& call) {
+/// One call(copy) per iteration on the ring's next copy, cold: its lines flushed from every
+/// cache level (the ring's flush) and the private caches evicted (evict_last_level_cache),
+/// timing the call alone (register the benchmark with UseManualTime()). Counter
+/// `lines_flushed`: 1 where the flush is available (kFlushesLines), else 0 and the copy may
+/// be read from L3.
+template <class Ring, class Call>
+void cold_iterations(benchmark::State& state, Ring& ring, Call&& call) {
   for (auto _ : state) {
+    const std::int64_t copy = ring.advance();
+    ring.flush(copy);
     evict_last_level_cache();
     const auto start = std::chrono::steady_clock::now();
-    call();
+    call(copy);
     const auto stop = std::chrono::steady_clock::now();
     state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
   }
+  state.counters["lines_flushed"] = kFlushesLines ? 1.0 : 0.0;
 }
 
 RowMatrix group_queries() {
@@ -327,8 +428,7 @@ void BM_SparseDecodeQ8(benchmark::State& state) {
   std::vector<HeadResult> results(kGroupHeads);
   BlockSparseDecode<> sparse(sparse_config());
   std::int64_t positions = 0;
-  cold_iterations(state, [&] {
-    const std::int64_t c = kv.advance();
+  cold_iterations(state, kv, [&](std::int64_t c) {
     sparse.decode(queries, KvHead<Q8KvView>{kv.view(c), &kv.summaries[static_cast<std::size_t>(c)]},
                   out, results);
     benchmark::DoNotOptimize(out.data());
@@ -379,8 +479,7 @@ void BM_SparseDecode(benchmark::State& state) {
   std::vector<HeadResult> results(kGroupHeads);
   BlockSparseDecode<> sparse(sparse_config());
   std::int64_t positions = 0, summary_bytes = 0;
-  cold_iterations(state, [&] {
-    const std::int64_t c = kv.advance();
+  cold_iterations(state, kv, [&](std::int64_t c) {
     sparse.decode(queries, KvHead<KvView<T>>{kv.view(c), &kv.summaries[c]}, out, results);
     benchmark::DoNotOptimize(out.data());
     positions += results[0].positions_read;
@@ -399,8 +498,7 @@ void BM_Select(benchmark::State& state) {
   auto& kv = ring<T>(state.range(0));
   const RowMatrix queries = group_queries();
   BlockSparseDecode<> sparse(sparse_config());
-  cold_iterations(state, [&] {
-    const std::int64_t c = kv.advance();
+  cold_iterations(state, kv, [&](std::int64_t c) {
     sparse.select(queries, KvHead<KvView<T>>{kv.view(c), &kv.summaries[c]});
     benchmark::DoNotOptimize(sparse.selected_blocks(0).data());
   });
@@ -444,8 +542,7 @@ void BM_RuleSparseDecode(benchmark::State& state) {
   BlockSparseDecode<> sparse(config);
   static_cast<void>(kv.summaries_for(config, 0));  // built before timing
   std::int64_t positions = 0;
-  cold_iterations(state, [&] {
-    const std::int64_t c = kv.advance();
+  cold_iterations(state, kv, [&](std::int64_t c) {
     sparse.decode(queries, KvHead<KvView<bf16>>{kv.view(c), &kv.summaries_for(config, c)}, out,
                   results);
     benchmark::DoNotOptimize(out.data());
@@ -466,8 +563,7 @@ void BM_RuleSelect(benchmark::State& state) {
   const RowMatrix queries = group_queries();
   BlockSparseDecode<> sparse(config);
   static_cast<void>(kv.summaries_for(config, 0));
-  cold_iterations(state, [&] {
-    const std::int64_t c = kv.advance();
+  cold_iterations(state, kv, [&](std::int64_t c) {
     sparse.select(queries, KvHead<KvView<bf16>>{kv.view(c), &kv.summaries_for(config, c)});
     benchmark::DoNotOptimize(sparse.selected_blocks(0).data());
   });
@@ -497,8 +593,7 @@ void BM_AttendSupport(benchmark::State& state) {
   std::vector<HeadResult> results(kGroupHeads);
   const float scale = detail::resolve_scale(sparse_config().scale, kHeadDim);  // as sparse decode
   std::int64_t bytes = 0;
-  cold_iterations(state, [&] {
-    const std::int64_t c = kv.advance();
+  cold_iterations(state, kv, [&](std::int64_t c) {
     const Support& support = kv.supports[static_cast<std::size_t>(c)];
     decode_support(queries, kv.view(c), support, scale, out, results);
     benchmark::DoNotOptimize(out.data());
@@ -519,8 +614,7 @@ void BM_SupportRead(benchmark::State& state) {
   selected_supports(kv);
   constexpr std::int64_t kRowFloats = kHeadDim * static_cast<std::int64_t>(sizeof(T)) / 4;
   std::int64_t bytes = 0;
-  cold_iterations(state, [&] {
-    const std::int64_t c = kv.advance();
+  cold_iterations(state, kv, [&](std::int64_t c) {
     const auto view = kv.view(c);
     const auto means = kv.summaries[c].mean_keys();
     float sum = table.stream_sum(means.data(), means.size());
@@ -695,11 +789,13 @@ void layer_benchmark(benchmark::State& state, Op prototype, bool evict, int kv_h
   LayerDecode<Op> layer(prototype, static_cast<int>(state.range(1)));
   std::int64_t positions = 0;
   std::vector<KvHead<KvView<bf16>>> heads(static_cast<std::size_t>(kv_heads));
+  std::vector<std::int64_t> copies(static_cast<std::size_t>(kv_heads));
+  auto next_copies = [&] {
+    for (std::int64_t& c : copies) c = kv.advance();
+  };
   auto call = [&] {
-    for (auto& head : heads) {
-      const std::int64_t c = kv.advance();
-      head = {kv.view(c), &kv.summaries[c]};
-    }
+    for (std::size_t g = 0; g < heads.size(); ++g)
+      heads[g] = {kv.view(copies[g]), &kv.summaries[static_cast<std::size_t>(copies[g])]};
     layer.decode(queries, std::span<const KvHead<KvView<bf16>>>(heads), out, results);
     benchmark::DoNotOptimize(out.data());
     for (int g = 0; g < kv_heads; ++g) positions += results[g * kGroupHeads].positions_read;
@@ -711,14 +807,20 @@ void layer_benchmark(benchmark::State& state, Op prototype, bool evict, int kv_h
     // worker asleep after the eviction's ~2 ms, so every 2-thread call paid its wake-up.
     ThreadPool& pool = layer.pool();
     for (auto _ : state) {
+      next_copies();
+      for (const std::int64_t c : copies) kv.flush(c);  // as cold_iterations
       pool.parallel_for(pool.threads(), [&](std::int64_t t) { evict_share(t, pool.threads()); });
       const auto start = std::chrono::steady_clock::now();
       call();
       const auto stop = std::chrono::steady_clock::now();
       state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
     }
+    state.counters["lines_flushed"] = kFlushesLines ? 1.0 : 0.0;
   } else {
-    for (auto _ : state) call();
+    for (auto _ : state) {
+      next_copies();
+      call();
+    }
   }
   state.SetBytesProcessed(positions * row_bytes<bf16>());
   state.counters["threads"] = static_cast<double>(state.range(1));
