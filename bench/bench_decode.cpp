@@ -4,7 +4,7 @@
 // Every benchmark reads from a ring of independent copies of the KV head whose total size is
 // several times the last-level cache, stepping to the next copy each iteration: each call sees
 // cold memory, as a decode step does when it comes back to a layer's cache after the rest of
-// the model has run. Sparse calls touch so little of each copy that the ring alone would leave
+// the model has run. Sparse calls touch so little of each copy that the ring alone could leave
 // their data in L3, so before each call they flush the copy's lines out of every cache level and
 // read a buffer that pushes out the private caches (cold_iterations). Bytes processed count what
 // each call actually touches, so bytes/s compares directly with BM_StreamRead, a plain SIMD read
@@ -99,9 +99,10 @@ constexpr bool kFlushesLines =
 
 /// Writes back and drops every cache line of [data, data + bytes) from every cache level, so
 /// the next read of it goes to memory. Reading a buffer larger than the last-level cache does
-/// this only where the cache is small: this project's VM reports a 480 MiB L3, in which the
-/// 64 MiB eviction buffer reads back at about twice the memory's bandwidth (it stays resident
-/// and evicts nothing beyond L2), and so would every sparse copy's summaries and support.
+/// this only where the cache is small: this project's VM reports a 480 MiB L3, from which a
+/// 64 MiB buffer read again and again comes back at 20-30 GB/s against the memory's 15-16
+/// (docs/performance/cold-flush-2026-12-05/repeat_read.txt), so nothing guaranteed that a
+/// sparse copy's summaries and support had left L3 between visits.
 void flush_lines(const void* data, std::size_t bytes) {
   if (bytes == 0) return;
   const auto first = reinterpret_cast<std::uintptr_t>(data) & ~std::uintptr_t{63};
@@ -301,11 +302,10 @@ Q8Ring& q8_ring(std::int64_t n) {
 
 /// Reads a 64 MiB buffer, as a decode step's other layers and weights stream through between
 /// two visits to one KV head: it pushes the private caches (L1, L2) and the TLB's entries out.
-/// It was meant to push out a 32 MiB L3 as well, but a larger L3 keeps the buffer itself (on
-/// this project's 480 MiB VM it reads back at twice the memory's bandwidth), so the sparse
-/// benchmarks also flush their copy's lines (cold_iterations); what sparse calls touch across
-/// the ring (every copy's mean keys and support, 18 MiB over the 16 copies at 131072 in bf16)
-/// would otherwise stay in L3 between visits.
+/// It was meant to push out a 32 MiB L3 as well, but a larger L3 can keep the buffer itself
+/// (flush_lines), so the sparse benchmarks also flush their copy's lines (cold_iterations):
+/// what sparse calls touch across the ring (every copy's mean keys and support, 18 MiB over the
+/// 16 copies at 131072 in bf16) could otherwise stay in L3 between visits.
 HugeBuffer<float>& flush_buffer() {
   static HugeBuffer<float>* flush = [] {
     auto* buffer = new HugeBuffer<float>((std::size_t{64} << 20) / sizeof(float));
