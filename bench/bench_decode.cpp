@@ -117,7 +117,7 @@ void flush_lines(const void* data, std::size_t bytes) {
     flush_lines_clflushopt(line, end);
     return;
   }
-  for (; line < end; line += 64) _mm_clflush(line);  // serialising: ~36 ns a line, 15x slower
+  for (; line < end; line += 64) _mm_clflush(line);  // serialising, so many times slower
   _mm_mfence();
 #elif defined(__aarch64__)
   for (; line < end; line += 64) asm volatile("dc civac, %0" : : "r"(line) : "memory");
@@ -331,8 +331,8 @@ void evict_share(std::int64_t part, std::int64_t parts) {
 
 /// Iterations of the cold-cache benchmarks: each pays a few ms of flushing and eviction outside
 /// its timing (at 131072 positions in bf16 about 1.4 ms to flush the copy's 32 MiB of keys and
-/// values, 2.2 ms to read the 64 MiB buffer), so they run a fixed count rather than until a
-/// minimum time.
+/// values, 2-3 ms to read the 64 MiB buffer: docs/performance/cold-flush-2026-12-05/), so they
+/// run a fixed count rather than until a minimum time.
 constexpr benchmark::IterationCount kColdIterations = 200;
 
 /// One call(copy) per iteration on the ring's next copy, cold: its lines flushed from every
