@@ -82,7 +82,7 @@ class HugeBuffer {
 
 #if defined(__x86_64__) || defined(__i386__)
 __attribute__((target("clflushopt"))) void flush_lines_clflushopt(const char* line,
-                                                                   const char* end) {
+                                                                  const char* end) {
   for (; line < end; line += 64) _mm_clflushopt(const_cast<char*>(line));  // takes void*
   _mm_sfence();
 }
