@@ -331,7 +331,7 @@ void evict_share(std::int64_t part, std::int64_t parts) {
 
 /// Iterations of the cold-cache benchmarks: each pays a few ms of flushing and eviction outside
 /// its timing (at 131072 positions in bf16 about 1.4 ms to flush the copy's 32 MiB of keys and
-/// values, 2-3 ms to read the 64 MiB buffer: docs/performance/cold-flush-2026-12-05/), so they
+/// values, 2.2-3.3 ms to read the 64 MiB buffer: docs/performance/cold-flush-2026-12-05/), so they
 /// run a fixed count rather than until a minimum time.
 constexpr benchmark::IterationCount kColdIterations = 200;
 
