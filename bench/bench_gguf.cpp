@@ -149,6 +149,36 @@ void BM_Q8Matvec(benchmark::State& state, amc::GgmlType type) {
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(blocks.size()));
 }
 
+/// BM_Q8Matvec on the rows interleaved 16 to a group (amc::interleave_rows, LoadOptions::
+/// interleave_rows): one amc::q8_interleaved_kernel call per 16 rows. The label names the
+/// kernel: "avx512vnni" where the CPU has it, else "plain loops" (slower than row by row there,
+/// which is why the transformer interleaves only with VNNI).
+void BM_Q8InterleavedMatvec(benchmark::State& state, amc::GgmlType type) {
+  const std::int64_t cols = matvec_cols(type);
+  const auto per_row = static_cast<std::size_t>(cols / 32);
+  const std::vector<std::byte> blocks = random_blocks(type, kRows * cols);
+  std::vector<std::byte> groups(amc::interleaved_bytes(type, kRows, cols));
+  amc::interleave_rows(type, kRows, cols, blocks, groups);
+  const std::size_t group_bytes = groups.size() / static_cast<std::size_t>(kRows / 16);
+  std::vector<float> x(static_cast<std::size_t>(cols));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
+  std::vector<float> y(static_cast<std::size_t>(kRows));
+  const amc::Q8InterleavedKernel kernel = amc::q8_interleaved_kernel(type);
+  amc::Q8Activations xq;
+  for (auto _ : state) {
+    amc::quantize_activations(x, xq);
+    for (std::int64_t g = 0; g < kRows / 16; ++g) {
+      kernel(xq, groups.data() + static_cast<std::size_t>(g) * group_bytes, per_row,
+             y.data() + 16 * g);
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kRows * cols);
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(groups.size()));
+  state.SetLabel(amc::q8_interleaved_accelerated() ? "avx512vnni" : "plain loops");
+}
+
 void BM_Bf16Matvec(benchmark::State& state) {
   std::vector<amc::bf16> w(static_cast<std::size_t>(kRows * kCols), amc::to_bf16(0.5f));
   const std::vector<float> x(static_cast<std::size_t>(kCols), 0.25f);
@@ -185,6 +215,11 @@ void register_benchmarks() {
                               GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     benchmark::RegisterBenchmark(("Matvec/stored-q8/" + std::string(amc::to_string(type))).c_str(),
                                  BM_Q8Matvec, type);
+  }
+  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1}) {
+    benchmark::RegisterBenchmark(
+        ("Matvec/interleaved-q8/" + std::string(amc::to_string(type))).c_str(),
+        BM_Q8InterleavedMatvec, type);
   }
 }
 

@@ -2,6 +2,8 @@
 // in gguf_quants_kernels.hpp, compiled once per instruction set.
 #include "amc/io/gguf_quants.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -176,4 +178,87 @@ bool cpu_has_extension([[maybe_unused]] const DequantTable& table) {
 }
 
 }  // namespace dequant
+}  // namespace amc
+
+namespace amc {
+namespace {
+
+/// The kind of an interleavable type, or amc::error "<where>: ..." naming it.
+dequant::Kind interleaved_kind(GgmlType type, const char* where) {
+  const std::optional<dequant::Kind> kind = kind_of(type);
+  AMC_CHECK(kind.has_value() && dequant::interleavable(*kind), where, "type ", to_string(type),
+            " cannot be interleaved (Q8_0, Q4_0 and Q4_1 can)");
+  return *kind;
+}
+
+}  // namespace
+
+bool can_interleave(GgmlType type) noexcept {
+  const std::optional<dequant::Kind> kind = kind_of(type);
+  return kind.has_value() && dequant::interleavable(*kind);
+}
+
+std::size_t interleaved_bytes(GgmlType type, std::int64_t rows, std::int64_t cols) {
+  constexpr const char* where = "amc::interleaved_bytes";
+  const dequant::Kind kind = interleaved_kind(type, where);
+  AMC_CHECK(rows >= 0, where, "rows is ", rows, "; expected a count >= 0");
+  AMC_CHECK(cols > 0 && cols % 32 == 0, where, "cols is ", cols,
+            "; expected a positive multiple of the block of 32");
+  const auto groups = static_cast<std::size_t>((rows + kInterleavedRows - 1) / kInterleavedRows);
+  return groups * static_cast<std::size_t>(cols / 32) * dequant::interleaved_block_bytes(kind);
+}
+
+void interleave_rows(GgmlType type, std::int64_t rows, std::int64_t cols,
+                     std::span<const std::byte> blocks, std::span<std::byte> out) {
+  constexpr const char* where = "amc::interleave_rows";
+  const dequant::Kind kind = interleaved_kind(type, where);
+  const std::size_t expected_out = interleaved_bytes(type, rows, cols);  // checks rows and cols
+  const auto per_row = static_cast<std::size_t>(cols / 32);
+  const auto block_bytes =
+      static_cast<std::size_t>(ggml_type_layout(static_cast<std::uint32_t>(type))->block_bytes);
+  const std::size_t row_bytes = per_row * block_bytes;
+  AMC_CHECK(blocks.size() == static_cast<std::size_t>(rows) * row_bytes, where, to_string(type),
+            ": blocks holds ", blocks.size(), " bytes, but ", rows, " rows of ", cols,
+            " values are ", static_cast<std::size_t>(rows) * row_bytes);
+  AMC_CHECK(out.size() == expected_out, where, to_string(type), ": out holds ", out.size(),
+            " bytes; expected interleaved_bytes = ", expected_out);
+  std::fill(out.begin(), out.end(), std::byte{0});  // the padded rows of a last partial group
+  const std::size_t group_block = dequant::interleaved_block_bytes(kind);
+  const std::size_t quants = dequant::interleaved_quants_offset(kind);
+  const std::size_t words = kind == dequant::Kind::Q8_0 ? 8 : 4;        // 4-byte words per row
+  const std::size_t quant_first = kind == dequant::Kind::Q4_1 ? 4 : 2;  // in a ggml block
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto lane = static_cast<std::size_t>(r % kInterleavedRows);
+    std::byte* group =
+        out.data() + static_cast<std::size_t>(r / kInterleavedRows) * per_row * group_block;
+    const std::byte* row = blocks.data() + static_cast<std::size_t>(r) * row_bytes;
+    for (std::size_t b = 0; b < per_row; ++b) {
+      const std::byte* from = row + b * block_bytes;
+      std::byte* to = group + b * group_block;
+      std::memcpy(to + 2 * lane, from, 2);                                            // d
+      if (kind == dequant::Kind::Q4_1) std::memcpy(to + 32 + 2 * lane, from + 2, 2);  // m
+      for (std::size_t j = 0; j < words; ++j) {
+        std::byte* word = to + quants + 64 * j + 4 * lane;
+        std::memcpy(word, from + quant_first + 4 * j, 4);
+        if (kind == dequant::Kind::Q8_0) {  // signed quants stored plus 128, unsigned
+          for (int t = 0; t < 4; ++t) word[t] ^= std::byte{0x80};
+        }
+      }
+    }
+  }
+}
+
+Q8InterleavedKernel q8_interleaved_kernel(GgmlType type) {
+  const auto kind = static_cast<std::size_t>(interleaved_kind(type, "amc::q8_interleaved_kernel"));
+  if (q8_interleaved_accelerated()) return table().q8_rows_extension[kind];
+  return table().q8_rows[kind];
+}
+
+bool q8_interleaved_accelerated() noexcept {
+  static const bool accelerated =
+      dequant::cpu_has_extension(table()) &&
+      table().q8_rows_extension[static_cast<std::size_t>(dequant::Kind::Q4_1)] != nullptr;
+  return accelerated;
+}
+
 }  // namespace amc

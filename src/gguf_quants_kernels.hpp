@@ -1924,6 +1924,14 @@ constexpr QuantizeKernel quantize_kernel = quantize_neon;
 constexpr QuantizeKernel quantize_kernel = quantize_generic;
 #endif
 
+}  // namespace
+}  // namespace amc::dequant
+
+#include "gguf_quants_interleaved.hpp"
+
+namespace amc::dequant {
+namespace {
+
 DequantTable make_table(std::string_view name) {
   DequantTable table;
   table.name = name;
@@ -1933,6 +1941,8 @@ DequantTable make_table(std::string_view name) {
     table.dot[k] = dot_for(static_cast<Kind>(k));
     table.q8_dot[k] = q8_kernel_of<Q8Baseline>(static_cast<Kind>(k));
     table.q8_dot_extension[k] = q8_kernel_of<Q8Extension>(static_cast<Kind>(k));
+    table.q8_rows[k] = q8_rows_kernel_of(static_cast<Kind>(k));
+    table.q8_rows_extension[k] = q8_rows_extension_of(static_cast<Kind>(k));
   }
   table.extension = q8_extension;
   table.quantize = quantize_kernel;

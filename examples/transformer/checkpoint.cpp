@@ -310,6 +310,8 @@ void check_load_options(const LoadOptions& options) {
             "options.keep_blocks keeps the stored types, options.weight_dtype (",
             options.weight_dtype ? to_string(*options.weight_dtype) : "",
             ") asks for another: set one of them");
+  AMC_CHECK(!options.interleave_rows || options.keep_blocks, kWhere,
+            "options.interleave_rows interleaves stored blocks and needs options.keep_blocks");
 }
 
 Checkpoint Checkpoint::load(const std::filesystem::path& dir, const LoadOptions& options) {

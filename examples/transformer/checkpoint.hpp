@@ -39,6 +39,9 @@ struct Matrix {
   std::int64_t cols = 0;
   std::optional<GgmlType> blocks;   ///< the ggml block type of rows kept as stored
   std::size_t block_row_bytes = 0;  ///< bytes of one row of blocks
+  /// The rows' blocks interleaved 16 to a group (amc::interleave_rows), beside the rows, for the
+  /// 8-bit activations' matvec (LoadOptions::interleave_rows); null when there is no such copy.
+  const std::byte* interleaved = nullptr;
 
   // Not amc::storage_size: this runs twice per row in the decode loop (matvec), where its
   // check for an invalid type would cost a compare and branch per row.
@@ -121,6 +124,13 @@ struct LoadOptions {
   /// F16 is widened to f32, exactly). Requires weight_dtype unset; ignored for safetensors,
   /// whose matrices are kept as stored anyway.
   bool keep_blocks = false;
+  /// With keep_blocks, also keep a copy of every Q8_0, Q4_0 and Q4_1 matrix interleaved 16 rows
+  /// to a group (Matrix::interleaved), which decode with 8-bit activations (Activations::q8)
+  /// multiplies 16 rows at a time: SmolLM2-135M's Q4_1 decode ran 1.9x faster on the project's
+  /// VM (docs/performance.md). Costs the matrices' bytes a second time (prefill and the embedding
+  /// read the rows). Only where amc::q8_interleaved_accelerated() (AVX-512 VNNI): elsewhere the
+  /// row-by-row kernels are faster, and it is ignored (Checkpoint::rows_interleaved() says).
+  bool interleave_rows = false;
 };
 
 /// The file formats Checkpoint::load reads.
@@ -180,6 +190,9 @@ class Checkpoint {
   /// Whether block-quantized matrices were kept as stored (LoadOptions::keep_blocks on a GGUF
   /// file); weight_dtype() then says bf16, the dtype the KV cache defaults to for them.
   bool blocks_kept() const { return blocks_kept_; }
+  /// Whether the Q8_0, Q4_0 and Q4_1 matrices have interleaved copies (LoadOptions::interleave_rows
+  /// on a CPU with AVX-512 VNNI).
+  bool rows_interleaved() const { return rows_interleaved_; }
   /// For a GGUF file, the ggml types of its tensors with their counts, most numerous first
   /// ("Q4_1 x210, F32 x61, Q8_0 x1"); empty for safetensors.
   const std::string& stored_types() const { return stored_types_; }
@@ -203,6 +216,7 @@ class Checkpoint {
   Weights weights_;
   StorageType weight_dtype_ = StorageType::bf16;
   bool blocks_kept_ = false;
+  bool rows_interleaved_ = false;
   WeightMemory weight_memory_ = WeightMemory::mapped;
   CheckpointFormat format_ = CheckpointFormat::safetensors;
   std::string stored_types_;

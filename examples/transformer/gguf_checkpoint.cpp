@@ -296,13 +296,19 @@ class GgufLoader {
 
   /// Dequantizes every recorded matrix, in order, into one block: huge pages when asked for
   /// (and granted by the kernel), else ordinary aligned memory.
-  void dequantize_matrices(WeightMemory memory) {
+  /// `interleave`: also an interleaved copy of every Q8_0, Q4_0 and Q4_1 matrix, after its rows
+  /// (LoadOptions::interleave_rows).
+  void dequantize_matrices(WeightMemory memory, bool interleave) {
     auto padded = [](std::size_t bytes) {
       return (bytes + kCacheLine - 1) / kCacheLine * kCacheLine;
     };
+    auto interleaved_size = [&](const Matrix& m) -> std::size_t {
+      if (!interleave || !m.blocks || !can_interleave(*m.blocks)) return 0;
+      return padded(interleaved_bytes(*m.blocks, m.rows, m.cols));
+    };
     std::size_t total = 0;
     for (const Pending& p : pending_) {
-      total += padded(p.matrix->bytes());
+      total += padded(p.matrix->bytes()) + interleaved_size(*p.matrix);
     }
     std::byte* block = nullptr;
     c_.weight_memory_ = WeightMemory::mapped;
@@ -321,9 +327,18 @@ class GgufLoader {
     }
     std::size_t offset = 0;
     for (const Pending& p : pending_) {
-      p.matrix->data = block + offset;
-      offset += padded(p.matrix->bytes());
+      Matrix& m = *p.matrix;
+      m.data = block + offset;
+      offset += padded(m.bytes());
       dequantize_rows(p);
+      if (const std::size_t size = interleaved_size(m); size > 0) {
+        std::byte* to = block + offset;
+        offset += size;
+        interleave_rows(*m.blocks, m.rows, m.cols,
+                        std::span(static_cast<const std::byte*>(m.data), m.bytes()),
+                        std::span(to, interleaved_bytes(*m.blocks, m.rows, m.cols)));
+        m.interleaved = to;
+      }
     }
   }
 
@@ -406,6 +421,7 @@ Checkpoint Checkpoint::load_gguf(const std::filesystem::path& path, const LoadOp
   const Config& cfg = c.config_;
   const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
   c.blocks_kept_ = options.keep_blocks;
+  c.rows_interleaved_ = options.interleave_rows && q8_interleaved_accelerated();
   GgufLoader loader(c, file, c.weight_dtype_, options.keep_blocks, threads);
 
   const std::int64_t hidden = cfg.hidden_size;
@@ -445,7 +461,7 @@ Checkpoint Checkpoint::load_gguf(const std::filesystem::path& path, const LoadOp
   if (!w.tied) loader.matrix(w.lm_head, "output.weight", cfg.vocab_size, hidden);
   loader.matrix(w.embed, "token_embd.weight", cfg.vocab_size, hidden);
   loader.check_all_used();
-  loader.dequantize_matrices(options.weights);
+  loader.dequantize_matrices(options.weights, c.rows_interleaved_);
   if (w.tied) w.lm_head = w.embed;
   return c;
 }

@@ -179,12 +179,40 @@ bool has_q8_kernel(const Stack& w) {
   return std::ranges::any_of(w.parts, [](const Matrix* m) { return q8_type(*m); });
 }
 
+/// y[r] (+ bias[r]) for the rows [begin, end) of w from its interleaved copy: 16 rows per kernel
+/// call; a group the range covers only in part is computed whole into a buffer and its rows in
+/// the range copied (the tasks' ranges are multiples of 16, so only a short matrix's last group).
+void matvec_interleaved(const Matrix& w, const Q8Activations& xq, const float* bias,
+                        std::int64_t begin, std::int64_t end, float* y) {
+  const Q8InterleavedKernel kernel = q8_interleaved_kernel(*w.blocks);
+  const std::size_t blocks = blocks_per_row(w);
+  const std::size_t group_bytes = interleaved_bytes(*w.blocks, kInterleavedRows, w.cols);
+  for (std::int64_t g = begin / kInterleavedRows; g * kInterleavedRows < end; ++g) {
+    const std::int64_t row0 = g * kInterleavedRows;
+    const std::byte* group = w.interleaved + static_cast<std::size_t>(g) * group_bytes;
+    if (row0 >= begin && row0 + kInterleavedRows <= end) {
+      kernel(xq, group, blocks, y + row0);
+    } else {
+      alignas(64) float out[kInterleavedRows];
+      kernel(xq, group, blocks, out);
+      for (std::int64_t r = std::max(begin, row0); r < std::min(end, row0 + kInterleavedRows); ++r)
+        y[r] = out[r - row0];
+    }
+  }
+  if (bias != nullptr) {
+    for (std::int64_t r = begin; r < end; ++r) y[r] += bias[r];
+  }
+}
+
 void matvec_q8(const Stack& w, const float* x, const Q8Activations& xq, const float* bias,
                std::int64_t begin, std::int64_t end, float* y) {
   std::int64_t first = 0;  // stacked index of the current part's row 0
   for (const Matrix* m : w.parts) {
     const std::int64_t lo = std::max(begin, first), hi = std::min(end, first + m->rows);
-    if (lo < hi && !q8_type(*m)) {
+    if (lo < hi && m->interleaved != nullptr) {
+      matvec_interleaved(*m, xq, bias != nullptr ? bias + first : nullptr, lo - first, hi - first,
+                         y + first);
+    } else if (lo < hi && !q8_type(*m)) {
       matvec(*m, x, bias != nullptr ? bias + first : nullptr, lo - first, hi - first, y + first);
     } else if (lo < hi) {
       const Q8DotKernel dot = q8_dot_kernel(*m->blocks);

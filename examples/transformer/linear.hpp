@@ -47,7 +47,9 @@ bool has_q8_kernel(const Stack& w);
 
 /// matvec with the activations quantized to 8 bits: rows of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
 /// Q5_K or Q6_K blocks through amc::q8_dot_kernel on `xq` (x quantized by
-/// amc::quantize_activations), every other row (F32, F16, BF16) as matvec does on x.
+/// amc::quantize_activations), every other row (F32, F16, BF16) as matvec does on x. A matrix
+/// with an interleaved copy (Matrix::interleaved) goes through amc::q8_interleaved_kernel, 16
+/// rows at a time: the same integer sums, the f32 steps in another order.
 void matvec_q8(const Stack& w, const float* x, const Q8Activations& xq, const float* bias,
                std::int64_t begin, std::int64_t end, float* y);
 

@@ -31,7 +31,8 @@ struct SessionFlags {
   void validate(std::string_view where) const;
   /// --threads, or every hardware thread when not given; throws as validate() for a bad value.
   int thread_count() const;
-  /// What Checkpoint::load needs of them: the weight dtype.
+  /// What Checkpoint::load needs of them: the weight dtype, and rows interleaved for --activations
+  /// q8 (LoadOptions::interleave_rows).
   LoadOptions load_options() const;
   /// `base` with the thread count, and the KV dtype and RoPE angles with "auto" resolved for
   /// `checkpoint` (so the options say what the session runs with).
@@ -45,8 +46,8 @@ void add_session_flags(CLI::App& app, SessionFlags& flags);
 
 /// What a run used and what was asked for ("auto" or the explicit choice), as the tools
 /// record it: kv_dtype, kv_dtype_requested, rope_angles, rope_angles_requested, weight_dtype,
-/// weight_dtype_requested, and activations when weights are kept as stored blocks (the only
-/// place it acts). `resolved`: session_options()'s result.
+/// weight_dtype_requested, and activations and rows_interleaved when weights are kept as stored
+/// blocks (the only place they act). `resolved`: session_options()'s result.
 template <class Json>
 void record_session(Json& out, const SessionFlags& flags, const SessionOptions& resolved,
                     const Checkpoint& checkpoint) {
@@ -59,7 +60,10 @@ void record_session(Json& out, const SessionFlags& flags, const SessionOptions& 
   out["weight_dtype"] =
       checkpoint.blocks_kept() ? "stored" : std::string(to_string(checkpoint.weight_dtype()));
   out["weight_dtype_requested"] = flags.weight_dtype;
-  if (checkpoint.blocks_kept()) out["activations"] = std::string(to_string(resolved.activations));
+  if (checkpoint.blocks_kept()) {
+    out["activations"] = std::string(to_string(resolved.activations));
+    out["rows_interleaved"] = checkpoint.rows_interleaved();
+  }
 }
 
 }  // namespace amc::transformer

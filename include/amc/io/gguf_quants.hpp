@@ -88,4 +88,53 @@ using Q8DotKernel = float (*)(const Q8Activations& x, const std::byte* blocks,
 /// "amc::q8_dot_kernel: ..." for any other type (F32, F16, BF16 among those amc reads).
 Q8DotKernel q8_dot_kernel(GgmlType type);
 
+// --- Rows interleaved for 8-bit activations ------------------------------------------------
+//
+// A matrix-vector product row by row reduces every row's sum across the lanes of a vector and
+// reads the activations once per row. Interleaved, the rows of Q8_0, Q4_0 and Q4_1 blocks sit 16
+// to a group so that lane r of a vector is row r: per block of 32 columns, the group's 16 f16
+// scales d, then (Q4_1) its 16 f16 minimums m, then the quants as 4-byte words, word j of every
+// row together (row r's at byte 4 r of a 64-byte part). Q4's part j holds bytes 4j..4j+3 of the
+// row's 16 nibble bytes (quants 4j..4j+3 in the low nibbles, 16+4j..16+4j+3 in the high ones),
+// Q8_0's part j its quants 4j..4j+3 as unsigned bytes (q + 128). A group's block takes the bytes
+// of 16 rows' blocks (288, 320 and 544), so the interleaved matrix is as large as the rows,
+// except for a last group of fewer than 16 rows, which is padded with rows of zeros.
+
+/// Rows per interleaved group: the f32 lanes of a 512-bit vector.
+inline constexpr std::int64_t kInterleavedRows = 16;
+
+/// Whether interleave_rows takes `type` (Q8_0, Q4_0, Q4_1).
+bool can_interleave(GgmlType type) noexcept;
+
+/// Bytes interleave_rows writes for `rows` rows of `cols` values: ceil(rows / 16) groups of
+/// cols / 32 blocks. amc::error "amc::interleaved_bytes: ..." for a type can_interleave refuses,
+/// a negative count, or cols not a positive multiple of 32.
+std::size_t interleaved_bytes(GgmlType type, std::int64_t rows, std::int64_t cols);
+
+/// Writes `rows` rows of `cols` values of `type`, stored as ggml stores them (`blocks`: row after
+/// row), interleaved into `out` (layout above). amc::error "amc::interleave_rows: ..." naming
+/// the argument when the type is refused (as interleaved_bytes), blocks.size() is not the rows'
+/// bytes, or out.size() is not interleaved_bytes(type, rows, cols).
+void interleave_rows(GgmlType type, std::int64_t rows, std::int64_t cols,
+                     std::span<const std::byte> blocks, std::span<std::byte> out);
+
+/// out[r] = <x, row r of one interleaved group> for its 16 rows, over `block_count` blocks of 32
+/// (x quantized as for Q8DotKernel): per block the integer sum of x's quants times the weight's
+/// (Q4_0's quants minus 8, Q8_0's signed), exact, times d_w * d_x in f32, accumulated with one
+/// fused multiply-add per block in block order; Q4_1 adds m_w * (d_x * sum of x's quants) in a
+/// second chain, added to the first at the end. The same bits on every instruction set. A padded
+/// row gives 0 (NaN where x has a NaN scale). Unchecked.
+using Q8InterleavedKernel = void (*)(const Q8Activations& x, const std::byte* group,
+                                     std::size_t block_count, float* out);
+
+/// The active instruction set's Q8InterleavedKernel for Q8_0, Q4_0 or Q4_1: AVX-512 VNNI where
+/// the CPU has it, else plain loops (correct, but slower than q8_dot_kernel's row by row: see
+/// q8_interleaved_accelerated). amc::error "amc::q8_interleaved_kernel: ..." for other types.
+Q8InterleavedKernel q8_interleaved_kernel(GgmlType type);
+
+/// Whether q8_interleaved_kernel runs on the CPU's integer dot-product extension (AVX-512 VNNI):
+/// only then does interleaving pay (a Q4_1 matrix of SmolLM2-135M's shape took a fifth of the
+/// time row by row takes on the project's VM, docs/performance.md).
+bool q8_interleaved_accelerated() noexcept;
+
 }  // namespace amc
