@@ -368,7 +368,8 @@ def measure(a, engine: str, variant: str, depth: int, threads: int, ids: list[in
             "prefill_tokens_per_s": s["summary"]["prefill_tokens_per_s"],
             "kv_dtype": s["settings"].get("kv_dtype"), "weight_dtype": s["settings"].get("weight_dtype")}
     cmd = [a.llama_bench, "-m", a.model, "-p", "0", "-n", str(a.speed_tokens), "-d", str(depth),
-           "-t", str(threads), "-fa", "1" if variant == "fa-on" else "0", "-r", "1", "-o", "json"]
+           "-t", str(threads), "-fa", "1" if variant == "fa-on" else "0", "-r", "1", "-o", "json"
+           ] + a.llama_flags.split()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     except subprocess.TimeoutExpired:
@@ -502,7 +503,8 @@ def summary_md(info: dict, g: dict | None, rows: list[dict] | None) -> str:
                  f"the summary's decode_tokens_per_s (weights bf16 unless --weight-dtype stored keeps the file's "
                  f"blocks; KV cache bf16; sparse: `--attention sparse` with amc-generate's default selection, "
                  f"{info.get('amc_sparse_defaults', '?')}). llama.cpp: "
-                 f"`llama-bench -p 0 -n {info['speed_tokens']} -d D -t T -fa 0|1 -r 1` (KV cache f16, random "
+                 f"`llama-bench -p 0 -n {info['speed_tokens']} -d D -t T -fa 0|1 -r 1"
+                 f"{(' ' + info['llama_flags']) if info.get('llama_flags') else ''}` (KV cache f16, random "
                  f"tokens), one call per round. Order in a round: per thread count and depth, amc dense, "
                  f"llama.cpp fa off, amc sparse, llama.cpp fa on. The raw numbers, with the load average before each, "
                  f"are in speed.csv.\n")
@@ -561,6 +563,8 @@ def main() -> None:
     ap.add_argument("--speed-threads", default="2", help="comma-separated thread counts of the speed runs")
     ap.add_argument("--amc-flags", default="",
                     help="more amc-generate flags for the speed runs, e.g. '--weight-dtype stored'")
+    ap.add_argument("--llama-flags", default="",
+                    help="more llama-bench flags for the speed runs, e.g. '--repack 0'")
     ap.add_argument("--skip-greedy", action="store_true")
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--llama-only", action="store_true",
@@ -575,6 +579,7 @@ def main() -> None:
             "machine": machine(), "loadavg_start": loadavg(), "model": a.model, "tokens": a.tokens,
             "speed_tokens": a.speed_tokens, "rounds": a.rounds, "threads": a.threads, "depths": a.depths,
             "speed_threads": a.speed_threads, "amc_flags": a.amc_flags,
+            "llama_flags": a.llama_flags,
             "versions": dict(v.split("=", 1) for v in a.version)}
     prompts = read_prompts(a.prompts)
     if not a.llama_only:
