@@ -83,6 +83,7 @@ double reference_dot(GgmlType type, const std::byte* row, std::size_t blocks,
     for (int e = 0; e < 32; ++e) {
       int w = 0;
       if (type == GgmlType::Q8_0) {
+        // NOLINTNEXTLINE(bugprone-signed-char-misuse): Q8_0's quants are signed
         w = static_cast<std::int8_t>(block[2 + e]);
       } else {
         const std::uint8_t byte = block[f.quants_at + (e % 16)];
@@ -214,19 +215,20 @@ TEST_CASE("interleaved Q8 kernels: the public choice follows the CPU's extension
 TEST_CASE("interleave_rows: sizes and padding, and errors that name the argument",
           "[gguf_quants][interleaved]") {
   // One group of 16 rows takes the bytes of 16 rows' blocks; 17 rows take two groups.
-  CHECK(amc::interleaved_bytes(GgmlType::Q4_1, 16, 64) == 16 * 2 * 20);
-  CHECK(amc::interleaved_bytes(GgmlType::Q4_0, 17, 32) == 2 * 16 * 18);
+  constexpr std::size_t kQ4_1Block = 20, kQ4_0Block = 18;  // ggml's block bytes
+  CHECK(amc::interleaved_bytes(GgmlType::Q4_1, 16, 64) == kQ4_1Block * 16 * 2);
+  CHECK(amc::interleaved_bytes(GgmlType::Q4_0, 17, 32) == kQ4_0Block * 2 * 16);
   CHECK(amc::interleaved_bytes(GgmlType::Q8_0, 0, 32) == 0);
   using Catch::Matchers::Contains;
   REQUIRE_THROWS_WITH(amc::interleaved_bytes(GgmlType::Q5_0, 16, 32),
                       Contains("amc::interleaved_bytes") && Contains("Q5_0"));
   REQUIRE_THROWS_WITH(amc::interleaved_bytes(GgmlType::Q4_1, 16, 48), Contains("cols is 48"));
   REQUIRE_THROWS_WITH(amc::interleaved_bytes(GgmlType::Q4_1, -1, 32), Contains("rows is -1"));
-  std::vector<std::byte> rows(16 * 20), out(16 * 20);
+  std::vector<std::byte> rows(16 * kQ4_1Block), out(16 * kQ4_1Block);
   REQUIRE_NOTHROW(amc::interleave_rows(GgmlType::Q4_1, 16, 32, rows, out));
   REQUIRE_THROWS_WITH(amc::interleave_rows(GgmlType::Q4_1, 15, 32, rows, out),
                       Contains("amc::interleave_rows") && Contains("blocks holds 320 bytes"));
-  std::vector<std::byte> short_out(16 * 20 - 1);
+  std::vector<std::byte> short_out(16 * kQ4_1Block - 1);
   REQUIRE_THROWS_WITH(amc::interleave_rows(GgmlType::Q4_1, 16, 32, rows, short_out),
                       Contains("out holds 319 bytes"));
   REQUIRE_THROWS_WITH(amc::q8_interleaved_kernel(GgmlType::Q6_K),

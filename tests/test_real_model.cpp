@@ -103,6 +103,34 @@ ForcedComparison compare_forced(Session& a, Session& b, const std::vector<std::i
   return out;
 }
 
+/// The prompt of the forced comparisons: a sentence of English prose.
+std::vector<std::int32_t> harbour_prompt() {
+  return tokenizer().encode(
+      "The harbour at Kestrel Bay was dug in the last years of the eighteenth "
+      "century, when the fishing fleet had outgrown the shingle beach.");
+}
+
+/// Session options of the 8-bit activations' tests: 2 threads, the given activations.
+SessionOptions two_threads(Activations activations) {
+  SessionOptions options;
+  options.threads = 2;
+  options.activations = activations;
+  return options;
+}
+
+/// compare_forced over harbour_prompt() and 16 steps, summed up: the largest difference of the
+/// logits as a share of their range, and how many of the 17 greedy picks agree.
+struct Agreement {
+  double worst = 0.0;
+  std::ptrdiff_t same_picks = 0;
+};
+
+Agreement agreement(Session& a, Session& b) {
+  const ForcedComparison c = compare_forced(a, b, harbour_prompt(), 16);
+  return {*std::max_element(c.relative.begin(), c.relative.end()),
+          std::count(c.same_pick.begin(), c.same_pick.end(), true)};
+}
+
 }  // namespace
 
 TEST_CASE("SmolLM2-135M-Instruct loads from its GGUF file with its published shape", "[real]") {
@@ -189,14 +217,11 @@ TEST_CASE("SmolLM2 with its blocks kept as stored decodes as with the weights wi
   CHECK(stored.weights().layers[0].q.blocks == amc::GgmlType::Q4_1);
   CHECK(stored.weights().lm_head.blocks == amc::GgmlType::Q8_0);
   CHECK(stored.weights().decode_bytes() < widened.weights().decode_bytes() / 5);  // 5.6x
-  const std::vector<std::int32_t> prompt = tokenizer().encode(
-      "The harbour at Kestrel Bay was dug in the last years of the eighteenth "
-      "century, when the fishing fleet had outgrown the shingle beach.");
   SessionOptions options;
   options.threads = 2;
   options.kv_dtype = amc::StorageType::f32;
   Session a(widened, options), b(stored, options);
-  const ForcedComparison c = compare_forced(a, b, prompt, 16);
+  const ForcedComparison c = compare_forced(a, b, harbour_prompt(), 16);
   for (std::size_t step = 0; step < c.relative.size(); ++step) {
     INFO("step " << step << ": max |stored - widened| " << c.relative[step] << " of the range");
     REQUIRE(c.relative[step] <= 1e-5);
@@ -228,28 +253,20 @@ TEST_CASE("SmolLM2's rows interleaved stay as near the f32 products as the rows 
   CHECK((interleaved.weights().layers[0].q.interleaved != nullptr) == copies);
   CHECK((interleaved.weights().layers[29].down.interleaved != nullptr) == copies);
   CHECK((interleaved.weights().lm_head.interleaved != nullptr) == copies);  // Q8_0, tied
-  const std::vector<std::int32_t> prompt = tokenizer().encode(
-      "The harbour at Kestrel Bay was dug in the last years of the eighteenth "
-      "century, when the fishing fleet had outgrown the shingle beach.");
-  SessionOptions f32;
-  f32.threads = 2;
-  SessionOptions q8 = f32;
-  q8.activations = Activations::q8;
+  const SessionOptions f32 = two_threads(Activations::f32), q8 = two_threads(Activations::q8);
   Session exact(rows, f32), by_groups(interleaved, q8);
-  const ForcedComparison c = compare_forced(exact, by_groups, prompt, 16);
-  const double worst = *std::max_element(c.relative.begin(), c.relative.end());
-  const auto same_picks = std::count(c.same_pick.begin(), c.same_pick.end(), true);
+  const Agreement near_f32 = agreement(exact, by_groups);
   Session by_rows(rows, q8), by_groups_again(interleaved, q8);  // fresh: no context yet
-  const ForcedComparison d = compare_forced(by_rows, by_groups_again, prompt, 16);
-  const double apart = *std::max_element(d.relative.begin(), d.relative.end());
+  const Agreement near_rows = agreement(by_rows, by_groups_again);
   std::printf(
       "test_real_model: rows interleaved (%s), 8-bit: max |difference| %.3g of the range from "
       "the f32 products, %d of 17 greedy picks the same; %.3g from the rows' 8-bit products\n",
-      copies ? "AVX-512 VNNI" : "ignored on this CPU", worst, static_cast<int>(same_picks), apart);
-  CHECK(worst > 0.0);  // the activations are rounded: not the f32 products
-  CHECK(worst <= 0.05);
-  CHECK(same_picks >= 15);
-  if (!copies) CHECK(apart == 0.0);
+      copies ? "AVX-512 VNNI" : "ignored on this CPU", near_f32.worst,
+      static_cast<int>(near_f32.same_picks), near_rows.worst);
+  CHECK(near_f32.worst > 0.0);  // the activations are rounded: not the f32 products
+  CHECK(near_f32.worst <= 0.05);
+  CHECK(near_f32.same_picks >= 15);
+  if (!copies) CHECK(near_rows.worst == 0.0);
 }
 
 TEST_CASE("SmolLM2 with 8-bit activations on its stored blocks stays near the f32 products",
@@ -262,17 +279,9 @@ TEST_CASE("SmolLM2 with 8-bit activations on its stored blocks stays near the f3
   // under qemu-aarch64), and 16 or 17 of 17 greedy picks agree. Tested at 5% of the range and
   // 15 of 17 picks: bounds on a measured rounding effect, not an exact identity.
   const Checkpoint stored = Checkpoint::load(model_file(), {.keep_blocks = true});
-  const std::vector<std::int32_t> prompt = tokenizer().encode(
-      "The harbour at Kestrel Bay was dug in the last years of the eighteenth "
-      "century, when the fishing fleet had outgrown the shingle beach.");
-  SessionOptions f32;
-  f32.threads = 2;
-  SessionOptions q8 = f32;
-  q8.activations = Activations::q8;
+  const SessionOptions f32 = two_threads(Activations::f32), q8 = two_threads(Activations::q8);
   Session a(stored, f32), b(stored, q8);
-  const ForcedComparison c = compare_forced(a, b, prompt, 16);
-  const double worst = *std::max_element(c.relative.begin(), c.relative.end());
-  const auto same_picks = std::count(c.same_pick.begin(), c.same_pick.end(), true);
+  const auto [worst, same_picks] = agreement(a, b);
   std::printf(
       "test_real_model: 8-bit vs f32 activations: max |difference| %.3g of the range, %d "
       "of 17 greedy picks the same\n",
