@@ -79,12 +79,13 @@ __attribute__((target("avx512vnni"))) void q8_rows_vnni(const Q8Activations& x,
     __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
     const u8* quants = in + kQuants;
     // The same block of the next group (the next 16 rows, a group's bytes ahead), asked for
-    // while this one is multiplied: SmolLM2-135M's Q4_1 decode took 331 tokens/s this way
-    // against 227 without, the hardware prefetcher alone (medians of 8 rounds, 2026-12-05,
-    // docs/performance.md). Past a matrix's last group it asks for the next matrix's first
-    // bytes, which decode reads next (prefetches do not fault).
+    // towards L2 while this one is multiplied. Without it, the hardware prefetcher alone,
+    // SmolLM2-135M's Q4_1 decode took 227 tokens/s against 331 with it towards L1 (medians of
+    // 8 rounds); towards L2 was faster again on SmolLM2 and on the Qwen2-0.5B-shaped Q8_0
+    // file (docs/performance.md, "Rows interleaved"). Past a matrix's last group it asks for
+    // the next matrix's first bytes, which decode reads next (prefetches do not fault).
     for (std::size_t line = 0; line < kBytes; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(in + blocks * kBytes + line), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(in + blocks * kBytes + line), _MM_HINT_T2);
     }
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
