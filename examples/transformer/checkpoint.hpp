@@ -128,9 +128,9 @@ struct LoadOptions {
   /// to a group (Matrix::interleaved), which decode with 8-bit activations (Activations::q8)
   /// multiplies 16 rows at a time: SmolLM2-135M's Q4_1 decode ran 2.1x faster at short context
   /// on the project's VM (docs/performance.md). Costs the matrices' bytes a second time (prefill
-  /// and the embedding
-  /// read the rows). Only where amc::q8_interleaved_accelerated() (AVX-512 VNNI): elsewhere the
-  /// row-by-row kernels are faster, and it is ignored (Checkpoint::rows_interleaved() says).
+  /// and the embedding read the rows). Only where amc::q8_interleaved_accelerated() (AVX-512
+  /// VNNI): elsewhere the row-by-row kernels are faster, and it is ignored
+  /// (Checkpoint::rows_interleaved() says).
   bool interleave_rows = false;
 };
 
