@@ -124,6 +124,13 @@ void BM_QuantizedMatvec(benchmark::State& state, amc::GgmlType type) {
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(blocks.size()));
 }
 
+/// The 8-bit matvecs' activations: `cols` values of both signs, so every block's quants vary.
+std::vector<float> q8_matvec_input(std::int64_t cols) {
+  std::vector<float> x(static_cast<std::size_t>(cols));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
+  return x;
+}
+
 /// The same with the activations quantized to 8 bits once per product (--activations q8).
 void BM_Q8Matvec(benchmark::State& state, amc::GgmlType type) {
   const amc::GgmlTypeLayout layout = *amc::ggml_type_layout(static_cast<std::uint32_t>(type));
@@ -131,8 +138,7 @@ void BM_Q8Matvec(benchmark::State& state, amc::GgmlType type) {
   const auto per_row = static_cast<std::size_t>(cols / layout.block_elements);
   const std::vector<std::byte> blocks = random_blocks(type, kRows * cols);
   const std::size_t row_bytes = blocks.size() / static_cast<std::size_t>(kRows);
-  std::vector<float> x(static_cast<std::size_t>(cols));
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
+  const std::vector<float> x = q8_matvec_input(cols);
   std::vector<float> y(static_cast<std::size_t>(kRows));
   const amc::Q8DotKernel dot = amc::q8_dot_kernel(type);
   amc::Q8Activations xq;
@@ -160,8 +166,7 @@ void BM_Q8InterleavedMatvec(benchmark::State& state, amc::GgmlType type) {
   std::vector<std::byte> groups(amc::interleaved_bytes(type, kRows, cols));
   amc::interleave_rows(type, kRows, cols, blocks, groups);
   const std::size_t group_bytes = groups.size() / static_cast<std::size_t>(kRows / 16);
-  std::vector<float> x(static_cast<std::size_t>(cols));
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
+  const std::vector<float> x = q8_matvec_input(cols);
   std::vector<float> y(static_cast<std::size_t>(kRows));
   const amc::Q8InterleavedKernel kernel = amc::q8_interleaved_kernel(type);
   amc::Q8Activations xq;

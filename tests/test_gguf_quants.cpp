@@ -33,6 +33,7 @@
 #include "amc/storage.hpp"
 #include "catch.hpp"
 #include "gguf_quants_registry.hpp"  // src/: every table's kernels, called one by one
+#include "test_helpers.hpp"
 
 namespace {
 
@@ -43,18 +44,7 @@ std::mt19937_64& rng() {
   return engine;
 }
 
-/// An f16 bit pattern as double, from the binary16 definition. NaN for every NaN pattern
-/// (payloads are compared separately where they survive).
-double f16_value(std::uint16_t bits) {
-  const int sign = (bits >> 15) != 0 ? -1 : 1;
-  const int exponent = (bits >> 10) & 0x1F;
-  const int mantissa = bits & 0x3FF;
-  if (exponent == 31)
-    return mantissa == 0 ? sign * std::numeric_limits<double>::infinity()
-                         : std::numeric_limits<double>::quiet_NaN();
-  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
-  return sign * std::ldexp(1024 + mantissa, exponent - 25);
-}
+using amc::test::f16_value;
 
 std::uint16_t u16_at(const std::vector<std::uint8_t>& b, std::size_t at) {
   return static_cast<std::uint16_t>(b[at] | (b[at + 1] << 8));

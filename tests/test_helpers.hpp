@@ -38,6 +38,19 @@ std::vector<T> to_storage(const std::vector<float>& values, std::vector<float>* 
   return out;
 }
 
+/// An f16 bit pattern as double, from the binary16 definition (independent of amc's f16
+/// conversions). NaN for every NaN pattern (payloads are compared separately where they survive).
+inline double f16_value(std::uint16_t bits) {
+  const int sign = (bits >> 15) != 0 ? -1 : 1;
+  const int exponent = (bits >> 10) & 0x1F;
+  const int mantissa = bits & 0x3FF;
+  if (exponent == 31)
+    return mantissa == 0 ? sign * std::numeric_limits<double>::infinity()
+                         : std::numeric_limits<double>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  return sign * std::ldexp(1024 + mantissa, exponent - 25);
+}
+
 template <KvStorage T>
 std::string storage_name() {
   return std::string(to_string(storage_type_of<T>));

@@ -16,19 +16,13 @@
 #include "amc/io/gguf_quants.hpp"
 #include "catch.hpp"
 #include "gguf_quants_registry.hpp"  // src/: every table's kernels, called one by one
+#include "test_helpers.hpp"
 
 namespace {
 
 using amc::GgmlType;
 
-/// An f16 bit pattern as double (finite patterns only here), from the binary16 definition.
-double f16_value(std::uint16_t bits) {
-  const int sign = (bits >> 15) != 0 ? -1 : 1;
-  const int exponent = (bits >> 10) & 0x1F;
-  const int mantissa = bits & 0x3FF;
-  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
-  return sign * std::ldexp(1024 + mantissa, exponent - 25);
-}
+using amc::test::f16_value;
 
 /// A finite f16 of magnitude 2^-10 .. 2^0 with a random sign and mantissa.
 std::uint16_t random_f16(std::mt19937_64& rng) {
