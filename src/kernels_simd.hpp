@@ -531,6 +531,14 @@ struct BlockedOps : SimdOps<Arch> {
       attend_entry<Base, T>(a);
       return;
     }
+#if AMC_SIMD_WIDE_FOLD
+    if constexpr (W == 16 && std::same_as<T, bf16>) {
+      if (a.head_dim % 32 == 0) {
+        attend_bf16_words(a);
+        return;
+      }
+    }
+#endif
     const T* keys = static_cast<const T*>(a.keys);
     const T* values = static_cast<const T*>(a.values);
     float* scores = a.scratch;                              // [heads, kAttendChunk]
@@ -577,6 +585,222 @@ struct BlockedOps : SimdOps<Arch> {
       ahead.finish();
     }
   }
+
+#if AMC_SIMD_WIDE_FOLD
+  /// attend<bf16> on AVX-512 for head_dim a multiple of 32, reading the bf16 rows as 32-bit
+  /// words of two channels. The keys of each 16 rows are transposed in registers and scored for
+  /// up to kHeadGroup heads at a time with rows in lanes (score16_bf16_words): no widened copy
+  /// in L1 and no horizontal sums, which with the widening took half the hot kernel (12.3 of
+  /// 24.7 ns per position, docs/performance.md). The values widen 32 channels in two
+  /// operations into even and odd channels, so the accumulator is kept in word order for the
+  /// call (accumulator_to_word_order); each channel's sum of products is the same sequence of
+  /// FMAs as in accumulate_values, so the same bits. A head's results do not depend on how
+  /// many heads share the call: per-head selection attends one head at a time, dense decode
+  /// the whole group, and a support covering every position must give dense's result.
+  static void attend_bf16_words(const AttendArgs& a) {
+    switch (a.heads) {
+      case 1:
+        return attend_bf16_words<1>(a);
+      case 2:
+        return attend_bf16_words<2>(a);
+      case 3:
+        return attend_bf16_words<3>(a);
+      case 4:
+        return attend_bf16_words<4>(a);
+      case 5:
+        return attend_bf16_words<5>(a);
+      case 6:
+        return attend_bf16_words<6>(a);
+      case 7:
+        return attend_bf16_words<7>(a);
+      case 8:
+        return attend_bf16_words<8>(a);
+      default:
+        return attend_bf16_words<0>(a);
+    }
+  }
+
+  /// attend_bf16_words for kHeads heads (1 to kHeadGroup: the scores' and values' registers
+  /// per head fixed at compile time), or (kHeads == 0) any number, kHeadGroup at a time.
+  template <int kHeads>
+  static void attend_bf16_words(const AttendArgs& a) {
+    const bf16* keys = static_cast<const bf16*>(a.keys);
+    const bf16* values = static_cast<const bf16*>(a.values);
+    float* scores = a.scratch;  // [heads, kAttendChunk]
+    // [16, head_dim] bf16: a last group of fewer than 16 rows, padded with zero rows.
+    auto* padded = reinterpret_cast<bf16*>(a.scratch + a.heads * kAttendChunk);
+    float* rescale = a.scratch + a.heads * kAttendChunk + kAttendChunk * a.head_dim;  // [heads]
+    constexpr auto kBytes = static_cast<std::ptrdiff_t>(sizeof(bf16));
+    const std::int64_t row_bytes = a.head_dim * kBytes;
+    const std::int64_t head_groups = kHeads > 0 ? 1 : (a.heads + kHeadGroup - 1) / kHeadGroup;
+    // Scores of 16 rows for every head, one head group at a time.
+    const auto score16 = [&](const bf16* rows, std::ptrdiff_t stride, float* out,
+                             AheadLines& ahead) {
+      if constexpr (kHeads > 0) {
+        score16_words<kHeads>(a.queries, a.head_dim, rows, stride, out, ahead);
+      } else {
+        for (std::int64_t h0 = 0; h0 < a.heads; h0 += kHeadGroup) {
+          score16_words_any(std::min(kHeadGroup, a.heads - h0), a.queries + h0 * a.head_dim,
+                            a.head_dim, rows, stride, out + h0 * kAttendChunk, ahead);
+        }
+      }
+    };
+    accumulator_to_word_order<Arch>(a.accumulator, a.heads * a.head_dim);
+    prefetch_rows(values, a.value_stride, std::min(kAttendChunk, a.rows), a.head_dim);
+    for (std::int64_t first = 0; first < a.rows; first += kAttendChunk) {
+      const std::int64_t rows = std::min(kAttendChunk, a.rows - first);
+      const bf16* chunk_keys = keys + first * a.key_stride;
+      const bf16* chunk_values = values + first * a.value_stride;
+      const std::int64_t next_rows = std::min(kAttendChunk, a.rows - first - rows);
+      // The next chunk's keys and values are asked for while this chunk's keys are scored, a
+      // share at each 16 channels of a group of rows (16 lines at head_dim 64): asked during
+      // the value loop instead, as attend does, the memory sat idle through the scoring, and
+      // the cold kernel took about 30% longer (docs/performance.md).
+      AheadLines ahead;
+      ahead.add(chunk_keys + rows * a.key_stride, a.key_stride * kBytes, next_rows, row_bytes);
+      ahead.add(chunk_values + rows * a.value_stride, a.value_stride * kBytes, next_rows,
+                row_bytes);
+      ahead.pace((rows + 15) / 16 * (a.head_dim / 16) * head_groups);
+      for (std::int64_t r0 = 0; r0 < rows; r0 += 16) {
+        const bf16* group = chunk_keys + r0 * a.key_stride;
+        if (const std::int64_t count = rows - r0; count < 16) {
+          std::fill_n(padded, 16 * a.head_dim, bf16{});
+          for (std::int64_t r = 0; r < count; ++r)
+            std::copy_n(group + r * a.key_stride, a.head_dim, padded + r * a.head_dim);
+          score16(padded, a.head_dim, scores + r0, ahead);  // lanes past `count`: the fold's -inf
+        } else {
+          score16(group, a.key_stride, scores + r0, ahead);
+        }
+      }
+      fold_chunk_scores_wide<Arch>(a, scores, rows, rescale);
+      if constexpr (kHeads > 0) {
+        accumulate_value_words<kHeads>(scores, rescale, chunk_values, a.value_stride, rows,
+                                       a.head_dim, a.accumulator);
+      } else {
+        for (std::int64_t h0 = 0; h0 < a.heads; h0 += kHeadGroup) {
+          accumulate_value_words_any(std::min(kHeadGroup, a.heads - h0), scores + h0 * kAttendChunk,
+                                     rescale + h0, chunk_values, a.value_stride, rows, a.head_dim,
+                                     a.accumulator + h0 * a.head_dim);
+        }
+      }
+      ahead.finish();
+    }
+    accumulator_to_natural_order<Arch>(a.accumulator, a.heads * a.head_dim);
+  }
+
+  /// score16_bf16_words for 1 to kHeadGroup heads (one register per head makes the count a
+  /// template parameter), head_dim 64 and 128 and packed rows (a KvView's usual layout: the 16
+  /// rows' addresses are constant offsets) fixed at compile time.
+  template <int kHeads>
+  static void score16_words(const float* queries, std::int64_t head_dim, const bf16* rows,
+                            std::ptrdiff_t stride, float* out, AheadLines& ahead) {
+    const auto ask_share = [&ahead] { ahead.step(); };
+    if (head_dim == 64 && stride == 64) {
+      score16_bf16_words<Arch, kHeads, 64>(queries, 64, rows, 64, out, kAttendChunk, ask_share);
+    } else if (head_dim == 64) {
+      score16_bf16_words<Arch, kHeads, 64>(queries, 64, rows, stride, out, kAttendChunk, ask_share);
+    } else if (head_dim == 128 && stride == 128) {
+      score16_bf16_words<Arch, kHeads, 128>(queries, 128, rows, 128, out, kAttendChunk, ask_share);
+    } else if (head_dim == 128) {
+      score16_bf16_words<Arch, kHeads, 128>(queries, 128, rows, stride, out, kAttendChunk,
+                                            ask_share);
+    } else {
+      score16_bf16_words<Arch, kHeads, 0>(queries, head_dim, rows, stride, out, kAttendChunk,
+                                          ask_share);
+    }
+  }
+
+  static void score16_words_any(std::int64_t heads, const float* queries, std::int64_t head_dim,
+                                const bf16* rows, std::ptrdiff_t stride, float* out,
+                                AheadLines& ahead) {
+    switch (heads) {
+      case 1:
+        return score16_words<1>(queries, head_dim, rows, stride, out, ahead);
+      case 2:
+        return score16_words<2>(queries, head_dim, rows, stride, out, ahead);
+      case 3:
+        return score16_words<3>(queries, head_dim, rows, stride, out, ahead);
+      case 4:
+        return score16_words<4>(queries, head_dim, rows, stride, out, ahead);
+      case 5:
+        return score16_words<5>(queries, head_dim, rows, stride, out, ahead);
+      case 6:
+        return score16_words<6>(queries, head_dim, rows, stride, out, ahead);
+      case 7:
+        return score16_words<7>(queries, head_dim, rows, stride, out, ahead);
+      default:
+        return score16_words<8>(queries, head_dim, rows, stride, out, ahead);
+    }
+  }
+
+  static void accumulate_value_words_any(std::int64_t heads, const float* weights,
+                                         const float* rescale, const bf16* values,
+                                         std::ptrdiff_t stride, std::int64_t rows,
+                                         std::int64_t head_dim, float* accumulator) {
+    switch (heads) {
+      case 1:
+        return accumulate_value_words<1>(weights, rescale, values, stride, rows, head_dim,
+                                         accumulator);
+      case 2:
+        return accumulate_value_words<2>(weights, rescale, values, stride, rows, head_dim,
+                                         accumulator);
+      case 3:
+        return accumulate_value_words<3>(weights, rescale, values, stride, rows, head_dim,
+                                         accumulator);
+      case 4:
+        return accumulate_value_words<4>(weights, rescale, values, stride, rows, head_dim,
+                                         accumulator);
+      case 5:
+        return accumulate_value_words<5>(weights, rescale, values, stride, rows, head_dim,
+                                         accumulator);
+      case 6:
+        return accumulate_value_words<6>(weights, rescale, values, stride, rows, head_dim,
+                                         accumulator);
+      case 7:
+        return accumulate_value_words<7>(weights, rescale, values, stride, rows, head_dim,
+                                         accumulator);
+      default:
+        return accumulate_value_words<8>(weights, rescale, values, stride, rows, head_dim,
+                                         accumulator);
+    }
+  }
+
+  /// accumulate_values over bf16 rows for an accumulator in word order: each row's 32 channels
+  /// of a slab are one load, widened to the even channels (words shifted up) and the odd ones
+  /// (high halves masked).
+  template <int kHeads>
+  static void accumulate_value_words(const float* weights, const float* rescale, const bf16* values,
+                                     std::ptrdiff_t stride, std::int64_t rows,
+                                     std::int64_t head_dim, float* accumulator) {
+    const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+    for (std::int64_t c = 0; c < head_dim; c += 32) {
+      __m512 even[kHeads], odd[kHeads];
+#pragma GCC unroll 8
+      for (int h = 0; h < kHeads; ++h) {
+        const __m512 factor = _mm512_set1_ps(rescale[h]);
+        even[h] = _mm512_mul_ps(_mm512_loadu_ps(accumulator + h * head_dim + c), factor);
+        odd[h] = _mm512_mul_ps(_mm512_loadu_ps(accumulator + h * head_dim + c + 16), factor);
+      }
+      const bf16* row = values + c;
+      for (std::int64_t r = 0; r < rows; ++r, row += stride) {
+        const __m512i words = _mm512_loadu_si512(row);
+        const __m512 low = _mm512_castsi512_ps(_mm512_slli_epi32(words, 16));
+        const __m512 high = _mm512_castsi512_ps(_mm512_and_si512(words, high_half));
+#pragma GCC unroll 8
+        for (int h = 0; h < kHeads; ++h) {
+          const __m512 p = _mm512_set1_ps(weights[h * kAttendChunk + r]);
+          even[h] = _mm512_fmadd_ps(p, low, even[h]);
+          odd[h] = _mm512_fmadd_ps(p, high, odd[h]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int h = 0; h < kHeads; ++h) {
+        _mm512_storeu_ps(accumulator + h * head_dim + c, even[h]);
+        _mm512_storeu_ps(accumulator + h * head_dim + c + 16, odd[h]);
+      }
+    }
+  }
+#endif
 
   /// Asks for every cache line of `count` rows of `row_bytes` bytes, `stride` bytes apart: one
   /// run when the rows are packed (the q8_0 scales: 4 bytes a row at head_dim 64).

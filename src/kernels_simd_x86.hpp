@@ -125,6 +125,120 @@ inline FloatBatch<Arch> transpose_sum(const FloatBatch<Arch>* rows) {
   }
 }
 
+/// Eight 32-bit words (a word: two bf16 channels, 2w and 2w + 1) of 16 rows, transposed:
+/// out[j] lane r holds word j of row r (rows[r * stride], stride in bf16 elements). Each input
+/// register holds two rows' 8 words (rows i and i + 4, then 8 + i and 12 + i) so that a 4 x 4
+/// transpose within 128-bit lanes and one lane shuffle leave row r in lane r: 8 row inserts and
+/// 24 shuffles for 128 words, the same count per word as a 16 x 16 transpose, in half the
+/// registers.
+template <class Arch>
+__attribute__((always_inline)) inline void transpose_words8(const bf16* rows, std::ptrdiff_t stride,
+                                                            __m512i* out) {
+  const auto row = [&](int r) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows + r * stride));
+  };
+  __m512i y[2][4];  // y[g][j], 128-bit lane L: word j + 4 (L % 2) of rows 8g + 4 (L / 2) + 0..3
+#pragma GCC unroll 2
+  for (int g = 0; g < 2; ++g) {
+    __m512i x[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i)
+      x[i] = _mm512_inserti64x4(_mm512_castsi256_si512(row(8 * g + i)), row(8 * g + 4 + i), 1);
+    const __m512i t0 = _mm512_unpacklo_epi32(x[0], x[1]), t1 = _mm512_unpackhi_epi32(x[0], x[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(x[2], x[3]), t3 = _mm512_unpackhi_epi32(x[2], x[3]);
+    y[g][0] = _mm512_unpacklo_epi64(t0, t2);
+    y[g][1] = _mm512_unpackhi_epi64(t0, t2);
+    y[g][2] = _mm512_unpacklo_epi64(t1, t3);
+    y[g][3] = _mm512_unpackhi_epi64(t1, t3);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    out[j] = _mm512_shuffle_i32x4(y[0][j], y[1][j], _MM_SHUFFLE(2, 0, 2, 0));
+    out[4 + j] = _mm512_shuffle_i32x4(y[0][j], y[1][j], _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+/// scores[h * out_stride + r] = <q_h, row r> for kHeads heads (queries [kHeads, head_dim]) and
+/// 16 bf16 rows, head_dim (kDim when > 0) a multiple of 16. The rows are transposed 8 words at
+/// a time (transpose_words8); a word gives its two channels in f32 exactly (the low one shifted
+/// up, the high one masked), and each channel is one FMA per head with the query's channel
+/// broadcast from memory. Rows sit in lanes, so there are no horizontal sums, and the keys are
+/// widened once for all heads. Summation order, the same in every lane and for every head
+/// count (so a row's score depends on neither its neighbours nor the other heads): per 16
+/// channels, the even and the odd channels in two chains of 8, added, then added to the
+/// head's sum. Two chains of 32 FMAs rounded 1.6x more (rms, relative to the terms' size) than
+/// the row-by-row kernel's 4 FMAs and 4-level tree; blocks of 8 are within 8% of it
+/// (docs/performance/bf16-words-2026-12-06/score_order_accuracy.py). `between()` runs after
+/// each 16 channels' loads (attend asks for lines ahead there). always_inline: GCC left some
+/// instantiations out of line, and then the cold kernel took about a third longer in
+/// exploratory builds, the hot one the same.
+template <class Arch, int kHeads, std::int64_t kDim, class Between>
+__attribute__((always_inline)) inline void score16_bf16_words(const float* queries,
+                                                              std::int64_t dim, const bf16* rows,
+                                                              std::ptrdiff_t stride, float* scores,
+                                                              std::ptrdiff_t out_stride,
+                                                              Between&& between) {
+  const std::int64_t head_dim = kDim > 0 ? kDim : dim;
+  const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  __m512 sum[kHeads];
+#pragma GCC unroll 8
+  for (int h = 0; h < kHeads; ++h) sum[h] = _mm512_setzero_ps();
+  for (std::int64_t c = 0; c < head_dim; c += 16) {
+    __m512i words[8];
+    transpose_words8<Arch>(rows + c, stride, words);
+    between();  // after the loads, before the products
+    // Words outside, heads inside: 2 kHeads independent chains in flight (one head's chains
+    // at a time left the FMAs waiting on each other, and the cold kernel 30% slower).
+    __m512 even[kHeads], odd[kHeads];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __m512 low = _mm512_castsi512_ps(_mm512_slli_epi32(words[j], 16));
+      const __m512 high = _mm512_castsi512_ps(_mm512_and_si512(words[j], high_half));
+      const float* q = queries + c + 2 * j;
+#pragma GCC unroll 8
+      for (int h = 0; h < kHeads; ++h) {
+        const __m512 q_even = _mm512_set1_ps(q[h * head_dim]);
+        const __m512 q_odd = _mm512_set1_ps(q[h * head_dim + 1]);
+        even[h] = j == 0 ? _mm512_mul_ps(low, q_even) : _mm512_fmadd_ps(low, q_even, even[h]);
+        odd[h] = j == 0 ? _mm512_mul_ps(high, q_odd) : _mm512_fmadd_ps(high, q_odd, odd[h]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int h = 0; h < kHeads; ++h) sum[h] = _mm512_add_ps(sum[h], _mm512_add_ps(even[h], odd[h]));
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < kHeads; ++h) _mm512_storeu_ps(scores + h * out_stride, sum[h]);
+}
+
+/// Channels [c, c + 32) of each head's accumulator ([heads, head_dim], head_dim a multiple of
+/// 32) from natural order to word order and back: word order keeps the even channels c + 2i in
+/// [c, c + 16) and the odd ones c + 2i + 1 in [c + 16, c + 32), as a 32-channel load of bf16
+/// values widens them (a word's low half shifted up, its high half masked: two operations per
+/// 32 channels instead of four).
+template <class Arch>
+inline void accumulator_to_word_order(float* accumulator, std::int64_t floats) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (std::int64_t c = 0; c < floats; c += 32) {
+    const __m512 a = _mm512_loadu_ps(accumulator + c), b = _mm512_loadu_ps(accumulator + c + 16);
+    _mm512_storeu_ps(accumulator + c, _mm512_permutex2var_ps(a, even, b));
+    _mm512_storeu_ps(accumulator + c + 16, _mm512_permutex2var_ps(a, odd, b));
+  }
+}
+
+template <class Arch>
+inline void accumulator_to_natural_order(float* accumulator, std::int64_t floats) {
+  // Natural channel k < 16 is even channel k / 2 (index k / 2) or odd channel (k - 1) / 2
+  // (index 16 + (k - 1) / 2); channels 16 + k the same, 8 further on.
+  const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i high = _mm512_add_epi32(low, _mm512_set1_epi32(8));
+  for (std::int64_t c = 0; c < floats; c += 32) {
+    const __m512 e = _mm512_loadu_ps(accumulator + c), o = _mm512_loadu_ps(accumulator + c + 16);
+    _mm512_storeu_ps(accumulator + c, _mm512_permutex2var_ps(e, low, o));
+    _mm512_storeu_ps(accumulator + c + 16, _mm512_permutex2var_ps(e, high, o));
+  }
+}
+
 /// The AVX-512 fold of one chunk's scores ([heads, kAttendChunk], `rows` used) into the
 /// running states, 16 heads at a time: each head's chunk max and chunk sum land in one lane of
 /// a transposing reduction, where fold_chunk_scores reduces every head horizontally in a

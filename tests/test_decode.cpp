@@ -31,7 +31,9 @@ void check_against_reference(const test::TestCache<T>& cache, const RowMatrix& q
       continue;
     }
     REQUIRE(test::max_relative_error(out.row(h).data(), ref.out) < tolerance);
-    REQUIRE(std::abs(results[h].lse - ref.lse) < tolerance * (1.0 + std::abs(ref.lse)));
+    // The lse's own tolerance, plus the rounding any order of the scores' f32 sums may do.
+    REQUIRE(std::abs(results[h].lse - ref.lse) <
+            tolerance * (1.0 + std::abs(ref.lse)) + ref.score_rounding);
   }
 }
 

@@ -64,6 +64,11 @@ struct ReferenceResult {
   /// max over channels of sum_j p_j |v_ji|: the size of the terms each output channel sums.
   /// An f32 sum's rounding error scales with it, not with the sum itself, which can cancel.
   double term_magnitude = 0.0;
+  /// gamma_d * max over positions of scale * sum_i |q_i k_i|: how far any f32 evaluation of a
+  /// score, in any summation order, can be from the exact one (THEORY section 8), and so the
+  /// lse too (its derivative in each score is a softmax weight). With a needle key 4x the
+  /// others, scores of about 1 are sums of terms adding up to over 1000 in size.
+  double score_rounding = 0.0;
 };
 
 inline ReferenceResult reference_attention(const float* query, std::int64_t head_dim,
@@ -77,11 +82,19 @@ inline ReferenceResult reference_attention(const float* query, std::int64_t head
   if (positions.empty()) return r;
   std::vector<double> scores;
   double max = -std::numeric_limits<double>::infinity();
+  const double unit_roundoff = std::ldexp(1.0, -24);  // f32
+  const double gamma = static_cast<double>(head_dim) * unit_roundoff /
+                       (1.0 - static_cast<double>(head_dim) * unit_roundoff);
   for (std::int64_t p : positions) {
-    double s = 0.0;
-    for (std::int64_t i = 0; i < head_dim; ++i)
-      s += static_cast<double>(query[i]) * keys[static_cast<std::size_t>(p * row_stride + i)];
+    double s = 0.0, size = 0.0;
+    for (std::int64_t i = 0; i < head_dim; ++i) {
+      const double product =
+          static_cast<double>(query[i]) * keys[static_cast<std::size_t>(p * row_stride + i)];
+      s += product;
+      size += std::abs(product);
+    }
     s *= scale;
+    r.score_rounding = std::max(r.score_rounding, gamma * size * std::abs(scale));
     scores.push_back(s);
     max = std::max(max, s);
   }

@@ -246,9 +246,11 @@ TEMPLATE_TEST_CASE("fused attend and score_rows match a double reference", "[ker
   using T = TestType;
   const auto s = kernels::index_of(storage_type_of<T>);
   for (const KernelTable* table : kernels::available()) {
-    for (std::int64_t head_dim : {1, 7, 16, 64, 67}) {
+    // head_dim 32, 64 and 128 with 2 to 8 heads take the AVX-512 table's bf16 word kernel
+    // (attend_bf16_words); 9 heads and the other widths the general one.
+    for (std::int64_t head_dim : {1, 7, 16, 32, 64, 67, 128}) {
       for (std::int64_t rows : {0, 1, 5, 63, 64, 65, 200}) {
-        for (std::int64_t heads : {1, 3, 7, 16, 17}) {
+        for (std::int64_t heads : {1, 2, 3, 7, 8, 9, 16, 17}) {
           CAPTURE(table->name, test::storage_name<T>(), head_dim, rows, heads);
           const std::int64_t stride = head_dim + 3;  // strided rows
           std::vector<float> keys_f, values_f;
