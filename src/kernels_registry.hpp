@@ -14,6 +14,12 @@ const KernelTable& avx2_table();
 #endif
 #if AMC_KERNELS_AVX512
 const KernelTable& avx512_table();
+/// BlockedOps<avx512bw>::attend_bf16_words, compiled in a translation unit of its own
+/// (src/kernels_avx512_words.cpp), so that its code does not change how the rest of the
+/// AVX-512 table compiles: in the same unit, GCC stopped inlining AheadLines::ask in the
+/// selectors' scans, and the mean rule's selection at 131072 took 175 us against 143
+/// (docs/performance/bf16-words-2026-12-06/one-unit/).
+void attend_bf16_words_avx512(const AttendArgs& args);
 #endif
 #if AMC_KERNELS_NEON
 const KernelTable& neon_table();

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels_registry.hpp"
 #include "kernels_simd_batch.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -531,10 +532,10 @@ struct BlockedOps : SimdOps<Arch> {
       attend_entry<Base, T>(a);
       return;
     }
-#if AMC_SIMD_WIDE_FOLD
+#if AMC_SIMD_WIDE_FOLD && AMC_KERNELS_AVX512
     if constexpr (W == 16 && std::same_as<T, bf16>) {
       if (a.head_dim % 32 == 0) {
-        attend_bf16_words(a);
+        detail::attend_bf16_words_avx512(a);  // attend_bf16_words, in its own unit
         return;
       }
     }
@@ -655,7 +656,8 @@ struct BlockedOps : SimdOps<Arch> {
       // The next chunk's keys and values are asked for while this chunk's keys are scored, a
       // share at each 16 channels of a group of rows (16 lines at head_dim 64): asked during
       // the value loop instead, as attend does, the memory sat idle through the scoring, and
-      // the cold kernel took about 30% longer (docs/performance.md).
+      // the cold kernel was markedly slower in exploratory builds (output not kept); so were
+      // finer shares (a line or two per word) and bigger bursts.
       AheadLines ahead;
       ahead.add(chunk_keys + rows * a.key_stride, a.key_stride * kBytes, next_rows, row_bytes);
       ahead.add(chunk_values + rows * a.value_stride, a.value_stride * kBytes, next_rows,
