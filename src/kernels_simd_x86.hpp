@@ -187,8 +187,7 @@ __attribute__((always_inline)) inline void score16_bf16_words(const float* queri
     __m512i words[8];
     transpose_words8<Arch>(rows + c, stride, words);
     between();  // after the loads, before the products
-    // Words outside, heads inside: 2 kHeads independent chains in flight (one head's chains
-    // at a time left the FMAs waiting on each other, and the cold kernel 30% slower).
+    // Words outside, heads inside: 2 kHeads independent chains in flight.
     __m512 even[kHeads], odd[kHeads];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {

@@ -246,13 +246,14 @@ TEMPLATE_TEST_CASE("fused attend and score_rows match a double reference", "[ker
   using T = TestType;
   const auto s = kernels::index_of(storage_type_of<T>);
   for (const KernelTable* table : kernels::available()) {
-    // head_dim 32, 64 and 128 with 2 to 8 heads take the AVX-512 table's bf16 word kernel
-    // (attend_bf16_words); 9 heads and the other widths the general one.
+    // head_dim 32, 64 and 128 take the AVX-512 table's bf16 word kernel (attend_bf16_words)
+    // at every head count: up to 8 heads in one group of registers, 9, 16 and 17 in groups of
+    // 8; packed rows (even row counts) its fixed-stride path. Other widths: the general one.
     for (std::int64_t head_dim : {1, 7, 16, 32, 64, 67, 128}) {
       for (std::int64_t rows : {0, 1, 5, 63, 64, 65, 200}) {
         for (std::int64_t heads : {1, 2, 3, 7, 8, 9, 16, 17}) {
-          CAPTURE(table->name, test::storage_name<T>(), head_dim, rows, heads);
-          const std::int64_t stride = head_dim + 3;  // strided rows
+          const std::int64_t stride = rows % 2 == 0 ? head_dim : head_dim + 3;  // packed, strided
+          CAPTURE(table->name, test::storage_name<T>(), head_dim, rows, heads, stride);
           std::vector<float> keys_f, values_f;
           const auto keys = test::to_storage<T>(
               test::random_floats(static_cast<std::size_t>(rows * stride + 1)), &keys_f);
