@@ -213,16 +213,23 @@ __attribute__((always_inline)) inline void score16_bf16_words(const float* queri
 /// 32) from natural order to word order and back: word order keeps the even channels c + 2i in
 /// [c, c + 16) and the odd ones c + 2i + 1 in [c + 16, c + 32), as a 32-channel load of bf16
 /// values widens them (a word's low half shifted up, its high half masked: two operations per
-/// 32 channels instead of four).
+/// 32 channels instead of four). permute_accumulator moves each 32 channels by two index
+/// vectors (_mm512_permutex2var_ps over the pair of 16); the two orders below give them.
+template <class Arch>
+inline void permute_accumulator(float* accumulator, std::int64_t floats, __m512i first,
+                                __m512i second) {
+  for (std::int64_t c = 0; c < floats; c += 32) {
+    const __m512 a = _mm512_loadu_ps(accumulator + c), b = _mm512_loadu_ps(accumulator + c + 16);
+    _mm512_storeu_ps(accumulator + c, _mm512_permutex2var_ps(a, first, b));
+    _mm512_storeu_ps(accumulator + c + 16, _mm512_permutex2var_ps(a, second, b));
+  }
+}
+
 template <class Arch>
 inline void accumulator_to_word_order(float* accumulator, std::int64_t floats) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  for (std::int64_t c = 0; c < floats; c += 32) {
-    const __m512 a = _mm512_loadu_ps(accumulator + c), b = _mm512_loadu_ps(accumulator + c + 16);
-    _mm512_storeu_ps(accumulator + c, _mm512_permutex2var_ps(a, even, b));
-    _mm512_storeu_ps(accumulator + c + 16, _mm512_permutex2var_ps(a, odd, b));
-  }
+  permute_accumulator<Arch>(accumulator, floats, even,
+                            _mm512_add_epi32(even, _mm512_set1_epi32(1)));
 }
 
 template <class Arch>
@@ -230,12 +237,7 @@ inline void accumulator_to_natural_order(float* accumulator, std::int64_t floats
   // Natural channel k < 16 is even channel k / 2 (index k / 2) or odd channel (k - 1) / 2
   // (index 16 + (k - 1) / 2); channels 16 + k the same, 8 further on.
   const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i high = _mm512_add_epi32(low, _mm512_set1_epi32(8));
-  for (std::int64_t c = 0; c < floats; c += 32) {
-    const __m512 e = _mm512_loadu_ps(accumulator + c), o = _mm512_loadu_ps(accumulator + c + 16);
-    _mm512_storeu_ps(accumulator + c, _mm512_permutex2var_ps(e, low, o));
-    _mm512_storeu_ps(accumulator + c + 16, _mm512_permutex2var_ps(e, high, o));
-  }
+  permute_accumulator<Arch>(accumulator, floats, low, _mm512_add_epi32(low, _mm512_set1_epi32(8)));
 }
 
 /// The AVX-512 fold of one chunk's scores ([heads, kAttendChunk], `rows` used) into the
