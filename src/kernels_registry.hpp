@@ -20,6 +20,11 @@ const KernelTable& avx512_table();
 /// selectors' scans, and the mean rule's selection at 131072 took 175 us against 143
 /// (docs/performance/bf16-words-2026-12-06/one-unit/).
 void attend_bf16_words_avx512(const AttendArgs& args);
+/// BlockedOps<avx512bw>::score_rows_bf16_words (score_rows<bf16> for head_dim a multiple of
+/// 16), in the same unit as attend_bf16_words, whose scoring it shares.
+void score_rows_bf16_words_avx512(const float* queries, std::int64_t heads, std::int64_t head_dim,
+                                  const bf16* rows, std::ptrdiff_t row_stride, std::int64_t count,
+                                  float* out, std::ptrdiff_t out_stride);
 #endif
 #if AMC_KERNELS_NEON
 const KernelTable& neon_table();

@@ -9,8 +9,10 @@
 // x86 adds the AVX-512 fold of chunk scores (fold_chunk_scores_wide, AMC_SIMD_WIDE_FOLD).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "kernels_registry.hpp"
 #include "kernels_simd_batch.hpp"
@@ -369,6 +371,15 @@ struct BlockedOps : SimdOps<Arch> {
                          const void* rows_ptr, std::ptrdiff_t row_stride, std::int64_t count,
                          float* out, std::ptrdiff_t out_stride) {
     const T* rows = static_cast<const T*>(rows_ptr);
+#if AMC_SIMD_WIDE_FOLD && AMC_KERNELS_AVX512
+    if constexpr (W == 16 && std::same_as<T, bf16>) {
+      if (head_dim % 16 == 0) {  // score_rows_bf16_words, in its own unit
+        detail::score_rows_bf16_words_avx512(queries, heads, head_dim, rows, row_stride, count, out,
+                                             out_stride);
+        return;
+      }
+    }
+#endif
     if (head_dim % W != 0) {
       score_rows_entry<Base, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
     } else if (head_dim == 64 && 64 / W + W + 2 <= kRegisters) {
@@ -638,11 +649,12 @@ struct BlockedOps : SimdOps<Arch> {
     const auto score16 = [&](const bf16* rows, std::ptrdiff_t stride, float* out,
                              AheadLines& ahead) {
       if constexpr (kHeads > 0) {
-        score16_words<kHeads>(a.queries, a.head_dim, rows, stride, out, ahead);
+        score16_words<kHeads>(a.queries, a.head_dim, rows, stride, out, kAttendChunk, ahead);
       } else {
         for (std::int64_t h0 = 0; h0 < a.heads; h0 += kHeadGroup) {
           score16_words_any(std::min(kHeadGroup, a.heads - h0), a.queries + h0 * a.head_dim,
-                            a.head_dim, rows, stride, out + h0 * kAttendChunk, ahead);
+                            a.head_dim, rows, stride, out + h0 * kAttendChunk, kAttendChunk,
+                            ahead);
         }
       }
     };
@@ -692,46 +704,105 @@ struct BlockedOps : SimdOps<Arch> {
 
   /// score16_bf16_words for 1 to kHeadGroup heads (one register per head makes the count a
   /// template parameter), head_dim 64 and 128 and packed rows (a KvView's usual layout: the 16
-  /// rows' addresses are constant offsets) fixed at compile time.
+  /// rows' addresses are constant offsets) fixed at compile time. Scores to
+  /// out[h * out_stride + r] (attend: kAttendChunk; score_rows: its caller's stride).
   template <int kHeads>
   static void score16_words(const float* queries, std::int64_t head_dim, const bf16* rows,
-                            std::ptrdiff_t stride, float* out, AheadLines& ahead) {
+                            std::ptrdiff_t stride, float* out, std::ptrdiff_t out_stride,
+                            AheadLines& ahead) {
     const auto ask_share = [&ahead] { ahead.step(); };
     if (head_dim == 64 && stride == 64) {
-      score16_bf16_words<Arch, kHeads, 64>(queries, 64, rows, 64, out, kAttendChunk, ask_share);
+      score16_bf16_words<Arch, kHeads, 64>(queries, 64, rows, 64, out, out_stride, ask_share);
     } else if (head_dim == 64) {
-      score16_bf16_words<Arch, kHeads, 64>(queries, 64, rows, stride, out, kAttendChunk, ask_share);
+      score16_bf16_words<Arch, kHeads, 64>(queries, 64, rows, stride, out, out_stride, ask_share);
     } else if (head_dim == 128 && stride == 128) {
-      score16_bf16_words<Arch, kHeads, 128>(queries, 128, rows, 128, out, kAttendChunk, ask_share);
+      score16_bf16_words<Arch, kHeads, 128>(queries, 128, rows, 128, out, out_stride, ask_share);
     } else if (head_dim == 128) {
-      score16_bf16_words<Arch, kHeads, 128>(queries, 128, rows, stride, out, kAttendChunk,
+      score16_bf16_words<Arch, kHeads, 128>(queries, 128, rows, stride, out, out_stride,
                                             ask_share);
     } else {
-      score16_bf16_words<Arch, kHeads, 0>(queries, head_dim, rows, stride, out, kAttendChunk,
+      score16_bf16_words<Arch, kHeads, 0>(queries, head_dim, rows, stride, out, out_stride,
                                           ask_share);
     }
   }
 
   static void score16_words_any(std::int64_t heads, const float* queries, std::int64_t head_dim,
                                 const bf16* rows, std::ptrdiff_t stride, float* out,
-                                AheadLines& ahead) {
+                                std::ptrdiff_t out_stride, AheadLines& ahead) {
     switch (heads) {
       case 1:
-        return score16_words<1>(queries, head_dim, rows, stride, out, ahead);
+        return score16_words<1>(queries, head_dim, rows, stride, out, out_stride, ahead);
       case 2:
-        return score16_words<2>(queries, head_dim, rows, stride, out, ahead);
+        return score16_words<2>(queries, head_dim, rows, stride, out, out_stride, ahead);
       case 3:
-        return score16_words<3>(queries, head_dim, rows, stride, out, ahead);
+        return score16_words<3>(queries, head_dim, rows, stride, out, out_stride, ahead);
       case 4:
-        return score16_words<4>(queries, head_dim, rows, stride, out, ahead);
+        return score16_words<4>(queries, head_dim, rows, stride, out, out_stride, ahead);
       case 5:
-        return score16_words<5>(queries, head_dim, rows, stride, out, ahead);
+        return score16_words<5>(queries, head_dim, rows, stride, out, out_stride, ahead);
       case 6:
-        return score16_words<6>(queries, head_dim, rows, stride, out, ahead);
+        return score16_words<6>(queries, head_dim, rows, stride, out, out_stride, ahead);
       case 7:
-        return score16_words<7>(queries, head_dim, rows, stride, out, ahead);
+        return score16_words<7>(queries, head_dim, rows, stride, out, out_stride, ahead);
       default:
-        return score16_words<8>(queries, head_dim, rows, stride, out, ahead);
+        return score16_words<8>(queries, head_dim, rows, stride, out, out_stride, ahead);
+    }
+  }
+
+  /// score_rows<bf16> for head_dim a multiple of 16, scored as attend_bf16_words scores its
+  /// keys (score16_bf16_words: 16 rows in lanes, kHeadGroup heads at a time), so that the
+  /// block log-mass of the oracle and of the two-stage rule's second stage (7 heads of 32
+  /// keys, widened and reduced by transposing sums before) and the channel bound's rows cost
+  /// fewer operations per product. A last group of fewer than 16 rows is scored from a
+  /// zero-padded copy in the same lanes' order, so a row's score does not depend on where it
+  /// falls. Long scans ask for their rows ahead as score_rows_fixed does.
+  static void score_rows_bf16_words(const float* queries, std::int64_t heads,
+                                    std::int64_t head_dim, const bf16* rows,
+                                    std::ptrdiff_t row_stride, std::int64_t count, float* out,
+                                    std::ptrdiff_t out_stride) {
+    const bool stream = count >= kStreamMinRows;
+    const std::int64_t row_bytes = head_dim * static_cast<std::int64_t>(sizeof(bf16));
+    const std::int64_t head_groups = (heads + kHeadGroup - 1) / kHeadGroup;
+    // A short scan (a block of 32 keys, scored cold by the oracle and the second stage) asks
+    // for its first two groups at once: the transposes read each group's lines 16 channels at
+    // a time, so without it their misses came a few at a time, and the oracle's block-by-block
+    // scan of every key took 1.19x and 1.30x as long cold (16K, 128K) as with the widening it
+    // replaces (docs/selectors/cost-words-2026-12-06/no-prefetch/).
+    prefetch_rows(rows, row_stride, std::min(count, (stream ? kStreamGroupsAhead : 2) * W),
+                  head_dim);
+    for (std::int64_t r0 = 0; r0 < count; r0 += W) {
+      AheadLines ahead;
+      if (stream) {
+        const std::int64_t next = r0 + kStreamGroupsAhead * W;
+        ahead.add(rows + next * row_stride,
+                  row_stride * static_cast<std::ptrdiff_t>(sizeof(bf16)),
+                  std::clamp<std::int64_t>(count - next, 0, W), row_bytes);
+        ahead.pace(head_dim / 16 * head_groups);
+      } else if (r0 + 3 * W <= count) {
+        prefetch_rows(rows + (r0 + 2 * W) * row_stride, row_stride, W, head_dim);
+      }
+      const std::int64_t live = std::min<std::int64_t>(W, count - r0);
+      if (live == W) {
+        for (std::int64_t h0 = 0; h0 < heads; h0 += kHeadGroup) {
+          score16_words_any(std::min(kHeadGroup, heads - h0), queries + h0 * head_dim, head_dim,
+                            rows + r0 * row_stride, row_stride, out + h0 * out_stride + r0,
+                            out_stride, ahead);
+        }
+      } else {
+        thread_local std::vector<bf16> padded;  // [16, head_dim]: the last rows, then zeros
+        padded.assign(static_cast<std::size_t>(W * head_dim), bf16{});
+        for (std::int64_t r = 0; r < live; ++r)
+          std::copy_n(rows + (r0 + r) * row_stride, head_dim, padded.data() + r * head_dim);
+        alignas(64) float lanes[kHeadGroup * W];
+        for (std::int64_t h0 = 0; h0 < heads; h0 += kHeadGroup) {
+          const std::int64_t group = std::min(kHeadGroup, heads - h0);
+          score16_words_any(group, queries + h0 * head_dim, head_dim, padded.data(), head_dim,
+                            lanes, W, ahead);
+          for (std::int64_t h = 0; h < group; ++h)
+            std::copy_n(lanes + h * W, live, out + (h0 + h) * out_stride + r0);
+        }
+      }
+      if (stream) ahead.finish();
     }
   }
 

@@ -445,22 +445,28 @@ TEMPLATE_TEST_CASE("attend rescales the running state when later chunks raise th
   }
 }
 
-TEST_CASE("score_rows gives bitwise-equal scores to equal rows, wherever they fall", "[kernels]") {
+TEMPLATE_TEST_CASE("score_rows gives bitwise-equal scores to equal rows, wherever they fall",
+                   "[kernels]", float, amc::bf16) {
   // Selection breaks ties by block index; that only works if equal blocks score exactly equal,
-  // including rows in a partial last group of a blocked kernel.
+  // including rows in a partial last group of a blocked kernel (for bf16 on AVX-512, the word
+  // kernel's zero-padded last 16 rows) and heads in a second group of 8.
+  using T = TestType;
+  const auto s = kernels::index_of(storage_type_of<T>);
   for (const KernelTable* table : kernels::available()) {
     for (std::int64_t head_dim : {8, 16, 64}) {
-      const auto row = test::random_floats(static_cast<std::size_t>(head_dim));
-      const auto q = test::random_floats(static_cast<std::size_t>(2 * head_dim));
-      for (std::int64_t count = 1; count <= 50; ++count) {
-        CAPTURE(table->name, head_dim, count);
-        std::vector<float> rows;
-        for (std::int64_t r = 0; r < count; ++r) rows.insert(rows.end(), row.begin(), row.end());
-        std::vector<float> out(static_cast<std::size_t>(2 * count));
-        table->score_rows[kernels::index_of(StorageType::f32)](q.data(), 2, head_dim, rows.data(),
-                                                               head_dim, count, out.data(), count);
-        for (std::int64_t h = 0; h < 2; ++h)
-          for (std::int64_t r = 1; r < count; ++r) REQUIRE(out[h * count + r] == out[h * count]);
+      for (std::int64_t heads : {2, 9}) {
+        const auto row = test::to_storage<T>(test::random_floats(static_cast<std::size_t>(head_dim)));
+        const auto q = test::random_floats(static_cast<std::size_t>(heads * head_dim));
+        for (std::int64_t count = 1; count <= 50; ++count) {
+          CAPTURE(table->name, test::storage_name<T>(), head_dim, heads, count);
+          std::vector<T> rows;
+          for (std::int64_t r = 0; r < count; ++r) rows.insert(rows.end(), row.begin(), row.end());
+          std::vector<float> out(static_cast<std::size_t>(heads * count));
+          table->score_rows[s](q.data(), heads, head_dim, rows.data(), head_dim, count, out.data(),
+                               count);
+          for (std::int64_t h = 0; h < heads; ++h)
+            for (std::int64_t r = 1; r < count; ++r) REQUIRE(out[h * count + r] == out[h * count]);
+        }
       }
     }
   }
