@@ -653,8 +653,7 @@ struct BlockedOps : SimdOps<Arch> {
       } else {
         for (std::int64_t h0 = 0; h0 < a.heads; h0 += kHeadGroup) {
           score16_words_any(std::min(kHeadGroup, a.heads - h0), a.queries + h0 * a.head_dim,
-                            a.head_dim, rows, stride, out + h0 * kAttendChunk, kAttendChunk,
-                            ahead);
+                            a.head_dim, rows, stride, out + h0 * kAttendChunk, kAttendChunk, ahead);
         }
       }
     };
@@ -718,8 +717,7 @@ struct BlockedOps : SimdOps<Arch> {
     } else if (head_dim == 128 && stride == 128) {
       score16_bf16_words<Arch, kHeads, 128>(queries, 128, rows, 128, out, out_stride, ask_share);
     } else if (head_dim == 128) {
-      score16_bf16_words<Arch, kHeads, 128>(queries, 128, rows, stride, out, out_stride,
-                                            ask_share);
+      score16_bf16_words<Arch, kHeads, 128>(queries, 128, rows, stride, out, out_stride, ask_share);
     } else {
       score16_bf16_words<Arch, kHeads, 0>(queries, head_dim, rows, stride, out, out_stride,
                                           ask_share);
@@ -756,10 +754,9 @@ struct BlockedOps : SimdOps<Arch> {
   /// fewer operations per product. A last group of fewer than 16 rows is scored from a
   /// zero-padded copy in the same lanes' order, so a row's score does not depend on where it
   /// falls. Long scans ask for their rows ahead as score_rows_fixed does.
-  static void score_rows_bf16_words(const float* queries, std::int64_t heads,
-                                    std::int64_t head_dim, const bf16* rows,
-                                    std::ptrdiff_t row_stride, std::int64_t count, float* out,
-                                    std::ptrdiff_t out_stride) {
+  static void score_rows_bf16_words(const float* queries, std::int64_t heads, std::int64_t head_dim,
+                                    const bf16* rows, std::ptrdiff_t row_stride, std::int64_t count,
+                                    float* out, std::ptrdiff_t out_stride) {
     const bool stream = count >= kStreamMinRows;
     const std::int64_t row_bytes = head_dim * static_cast<std::int64_t>(sizeof(bf16));
     const std::int64_t head_groups = (heads + kHeadGroup - 1) / kHeadGroup;
@@ -774,8 +771,7 @@ struct BlockedOps : SimdOps<Arch> {
       AheadLines ahead;
       if (stream) {
         const std::int64_t next = r0 + kStreamGroupsAhead * W;
-        ahead.add(rows + next * row_stride,
-                  row_stride * static_cast<std::ptrdiff_t>(sizeof(bf16)),
+        ahead.add(rows + next * row_stride, row_stride * static_cast<std::ptrdiff_t>(sizeof(bf16)),
                   std::clamp<std::int64_t>(count - next, 0, W), row_bytes);
         ahead.pace(head_dim / 16 * head_groups);
       } else if (r0 + 3 * W <= count) {

@@ -455,7 +455,8 @@ TEMPLATE_TEST_CASE("score_rows gives bitwise-equal scores to equal rows, whereve
   for (const KernelTable* table : kernels::available()) {
     for (std::int64_t head_dim : {8, 16, 64}) {
       for (std::int64_t heads : {2, 9}) {
-        const auto row = test::to_storage<T>(test::random_floats(static_cast<std::size_t>(head_dim)));
+        const auto row =
+            test::to_storage<T>(test::random_floats(static_cast<std::size_t>(head_dim)));
         const auto q = test::random_floats(static_cast<std::size_t>(heads * head_dim));
         for (std::int64_t count = 1; count <= 50; ++count) {
           CAPTURE(table->name, test::storage_name<T>(), head_dim, heads, count);
