@@ -22,13 +22,14 @@
 # The runs of 2026-12-06: `run.sh` (03:56 UTC, this directory), `run.sh second`, then
 # `SIZES=131072 PARTS=rules run.sh alone-131072` (04:22 UTC). The first build's run, without the
 # short scans' prefetch, is in no-prefetch/ (its README.md).
-# With an argument, the run goes into that subdirectory (a second run, with summarize.py copied).
+# With an argument, the run goes into that subdirectory (summarize.py takes it as its argument).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 out=docs/selectors/cost-words-2026-12-06
+summarize=("$out/summarize.py")
 if [[ $# -gt 0 ]]; then
   mkdir -p "$out/$1"
-  cp "$out/summarize.py" "$out/$1/"
+  summarize+=("$1")
   out=$out/$1
 fi
 git rev-parse HEAD >"$out/commit.txt"
@@ -51,4 +52,4 @@ for round in 1 2 3; do
     done
   done
 done
-python3 "$out/summarize.py"
+python3 "${summarize[@]}"

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""The two binaries of run.sh (before, after), from this directory's JSON; writes summary.md.
-Medians of each process's 3 repetitions; "avg" is the mean of the three rounds' medians."""
+"""The two binaries of run.sh (before, after), from the JSON of this directory or of the run
+directory given (second, alone-131072, no-prefetch); writes summary.md there. Medians of each
+process's 3 repetitions; "avg" is the mean of the three rounds' medians."""
 import json
 import os
 import re
+import sys
 
-here = os.path.dirname(os.path.abspath(__file__))
+top = os.path.dirname(os.path.abspath(__file__))
+here = os.path.join(top, sys.argv[1]) if len(sys.argv) > 1 else top
+run = os.path.relpath(here, os.path.dirname(top))
 RULES = {0: "mean", 1: "bound", 2: "twostage/mean", 3: "twostage/bound", 4: "submean", 5: "oracle"}
 SIDES, ROUNDS, SIZES = ("before", "after"), (1, 2, 3), (16384, 131072)
 
@@ -33,7 +37,7 @@ def avg(side, kind, n, rule):
     return sum(us(rules[(side, r)][f"BM_Rule{kind}/{n}/rule:{rule}"]) for r in ROUNDS) / len(ROUNDS)
 
 
-out = ["# cost-words-2026-12-06: before (65d49aa), after (score_rows<bf16> by words)", "",
+out = [f"# {run}: before (65d49aa), after (score_rows<bf16> by words)", "",
        "## Rules: whole step and selection, cold (us; averages of the three rounds' medians)", "",
        "| rule | n | step before | step after | after / before | select before | select after |"
        " step / mean step: before | after |",
