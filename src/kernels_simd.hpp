@@ -766,7 +766,8 @@ struct BlockedOps : SimdOps<Arch> {
     // scan of every key took 1.19x and 1.30x as long cold (16K, 128K) as with the widening it
     // replaces (docs/selectors/cost-words-2026-12-06/no-prefetch/). With the rows in cache the
     // requests are overhead: one head's 64 blocks took 7.8-8.9 us against 6.5-6.6 (hot.txt
-    // there; 7 heads 18.0-20.4 against 23.1-23.3); one head cold was not measured.
+    // there; 7 heads 18.0-20.4 against 23.1-23.3). Cold, per-head selection (one head per
+    // call) was not slower but for the oracle at 16384, by 1-6% (per-head/ there).
     prefetch_rows(rows, row_stride, std::min(count, (stream ? kStreamGroupsAhead : 2) * W),
                   head_dim);
     for (std::int64_t r0 = 0; r0 < count; r0 += W) {
