@@ -677,9 +677,7 @@ struct BlockedOps : SimdOps<Arch> {
       for (std::int64_t r0 = 0; r0 < rows; r0 += 16) {
         const bf16* group = chunk_keys + r0 * a.key_stride;
         if (const std::int64_t count = rows - r0; count < 16) {
-          std::fill_n(padded, 16 * a.head_dim, bf16{});
-          for (std::int64_t r = 0; r < count; ++r)
-            std::copy_n(group + r * a.key_stride, a.head_dim, padded + r * a.head_dim);
+          pad_rows16(group, a.key_stride, count, a.head_dim, padded);
           score16(padded, a.head_dim, scores + r0, ahead);  // lanes past `count`: the fold's -inf
         } else {
           score16(group, a.key_stride, scores + r0, ahead);
@@ -699,6 +697,15 @@ struct BlockedOps : SimdOps<Arch> {
       ahead.finish();
     }
     accumulator_to_natural_order<Arch>(a.accumulator, a.heads * a.head_dim);
+  }
+
+  /// padded [16, head_dim] = the `live` (< 16) rows, then zero rows: a last group of rows for
+  /// score16_bf16_words, which reads 16 (zero rows score 0, in lanes the caller ignores).
+  static void pad_rows16(const bf16* rows, std::ptrdiff_t stride, std::int64_t live,
+                         std::int64_t head_dim, bf16* padded) {
+    std::fill_n(padded, 16 * head_dim, bf16{});
+    for (std::int64_t r = 0; r < live; ++r)
+      std::copy_n(rows + r * stride, head_dim, padded + r * head_dim);
   }
 
   /// score16_bf16_words for 1 to kHeadGroup heads (one register per head makes the count a
@@ -788,10 +795,9 @@ struct BlockedOps : SimdOps<Arch> {
                             out_stride, ahead);
         }
       } else {
-        thread_local std::vector<bf16> padded;  // [16, head_dim]: the last rows, then zeros
-        padded.assign(static_cast<std::size_t>(W * head_dim), bf16{});
-        for (std::int64_t r = 0; r < live; ++r)
-          std::copy_n(rows + (r0 + r) * row_stride, head_dim, padded.data() + r * head_dim);
+        thread_local std::vector<bf16> padded;
+        padded.resize(static_cast<std::size_t>(W * head_dim));
+        pad_rows16(rows + r0 * row_stride, row_stride, live, head_dim, padded.data());
         alignas(64) float lanes[kHeadGroup * W];
         for (std::int64_t h0 = 0; h0 < heads; h0 += kHeadGroup) {
           const std::int64_t group = std::min(kHeadGroup, heads - h0);
