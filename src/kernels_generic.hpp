@@ -236,9 +236,11 @@ KernelTable make_table() {
   }
   table.max = &Ops::max;
   table.exp_sum = &Ops::exp_sum;
+  table.exp_sum_listed = &Ops::exp_sum_listed;
   table.scale = &Ops::scale;
   table.stream_sum = &Ops::stream_sum;
   table.first_above = &Ops::first_above;
+  table.list_above = &Ops::list_above;
   return table;
 }
 
@@ -270,11 +272,33 @@ struct ScalarOps {
     while (i < n && !(x[i] > threshold)) ++i;
     return i;
   }
+  static std::int64_t list_above(const float* x, std::int64_t n, float threshold,
+                                 std::int64_t* listed, std::int64_t capacity) {
+    std::int64_t found = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (!(x[i] > threshold)) continue;
+      if (found == capacity) return capacity + 1;
+      listed[found++] = i;
+    }
+    return found;
+  }
   static float exp_sum(float* x, std::int64_t n, float shift) {
     float sum = 0.0f;
     for (std::int64_t i = 0; i < n; ++i) {
       x[i] = std::exp(x[i] - shift);
       sum += x[i];
+    }
+    return sum;
+  }
+  /// exp_sum where only the listed x can be above -inf: the listed terms in increasing index
+  /// order, so the sum has exp_sum's bits (exp(-inf) adds an exact zero).
+  static float exp_sum_listed(float* x, std::int64_t /*n*/, float shift, const std::int64_t* listed,
+                              std::int64_t count) {
+    float sum = 0.0f;
+    for (std::int64_t j = 0; j < count; ++j) {
+      float& v = x[listed[j]];
+      v = std::exp(v - shift);
+      sum += v;
     }
     return sum;
   }

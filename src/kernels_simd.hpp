@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -115,6 +116,26 @@ struct SimdOps {
     return i + ScalarOps::first_above(x + i, n - i, threshold);
   }
 
+  static std::int64_t list_above(const float* x, std::int64_t n, float threshold,
+                                 std::int64_t* listed, std::int64_t capacity) {
+    // One compare per W elements, then one step per element above: the rows listed are mostly
+    // below the threshold, and testing each lane again would mispredict at every one above.
+    std::int64_t found = 0;
+    std::int64_t i = 0;
+    for (; i + W <= n; i += W) {
+      for (std::uint32_t bits = lanes_above<Arch>(x + i, threshold); bits != 0; bits &= bits - 1) {
+        if (found == capacity) return capacity + 1;
+        listed[found++] = i + std::countr_zero(bits);
+      }
+    }
+    for (; i < n; ++i) {
+      if (!(x[i] > threshold)) continue;
+      if (found == capacity) return capacity + 1;
+      listed[found++] = i;
+    }
+    return found;
+  }
+
   static float exp_sum(float* x, std::int64_t n, float shift) {
     const Batch s(shift);
     Batch acc(0.0f);
@@ -125,6 +146,33 @@ struct SimdOps {
       acc += e;
     }
     return horizontal_sum<Arch>(acc) + ScalarOps::exp_sum(x + i, n - i, shift);
+  }
+
+  /// exp_sum where only the listed x can be above -inf (KernelTable::exp_sum_listed): each
+  /// listed exp lands in exp_sum's lane (index mod W) or scalar tail, in increasing index order,
+  /// and exp_sum's lanes add only exact zeros besides, so the sum has exp_sum's bits.
+  static float exp_sum_listed(float* x, std::int64_t n, float shift, const std::int64_t* listed,
+                              std::int64_t count) {
+    const Batch s(shift);
+    const std::int64_t vector_end = n - n % W;  // exp_sum's vector part: [0, vector_end)
+    alignas(64) float lanes[W] = {};
+    alignas(64) float values[W];
+    std::int64_t j = 0;
+    while (j < count && listed[j] < vector_end) {
+      std::int64_t m = 0;  // up to W listed values of the vector part, exp'd as one batch
+      for (; m < W && j + m < count && listed[j + m] < vector_end; ++m)
+        values[m] = x[listed[j + m]];
+      std::fill(values + m, values + W, -std::numeric_limits<float>::infinity());
+      xsimd::exp(Batch::load_aligned(values) - s).store_aligned(values);
+      for (std::int64_t t = 0; t < m; ++t) {
+        const std::int64_t index = listed[j + t];
+        x[index] = values[t];
+        lanes[index % W] += values[t];
+      }
+      j += m;
+    }
+    return horizontal_sum<Arch>(Batch::load_aligned(lanes)) +
+           ScalarOps::exp_sum_listed(x, n, shift, listed + j, count - j);
   }
 
   static void scale(float* y, float alpha, std::int64_t n) {

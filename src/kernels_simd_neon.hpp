@@ -40,6 +40,16 @@ inline FloatBatch<Arch> load_f32(const std::int8_t* p) {
   return vcvtq_f32_s32(vmovl_s16(vget_low_s16(wide)));
 }
 
+/// Bit j set where x[j] > threshold (an ordered compare: false for NaN), for four floats at x:
+/// list_above walks the set bits instead of testing every lane again.
+template <class Arch>
+inline std::uint32_t lanes_above(const float* x, float threshold) {
+  static_assert(FloatBatch<Arch>::size == 4, "amc: NEON batches hold four floats");
+  const uint32x4_t above = vcgtq_f32(vld1q_f32(x), vdupq_n_f32(threshold));
+  static const std::uint32_t kBits[4] = {1, 2, 4, 8};
+  return vaddvq_u32(vandq_u32(above, vld1q_u32(kBits)));
+}
+
 /// One cache line towards L1, for reading (PRFM PLDL1KEEP).
 inline void prefetch_line(const void* p) { __builtin_prefetch(p, 0, 3); }
 

@@ -73,6 +73,22 @@ inline FloatBatch<Arch> load_f32(const std::int8_t* p) {
   }
 }
 
+/// Bit j set where x[j] > threshold (an ordered compare: false for NaN), for the batch-size
+/// floats at x: list_above walks the set bits instead of testing every lane again.
+template <class Arch>
+inline std::uint32_t lanes_above(const float* x, float threshold) {
+  if constexpr (FloatBatch<Arch>::size == 16) {
+    return _mm512_cmp_ps_mask(_mm512_loadu_ps(x), _mm512_set1_ps(threshold), _CMP_GT_OQ);
+  } else if constexpr (FloatBatch<Arch>::size == 8) {
+    return static_cast<std::uint32_t>(_mm256_movemask_ps(
+        _mm256_cmp_ps(_mm256_loadu_ps(x), _mm256_set1_ps(threshold), _CMP_GT_OQ)));
+  } else {
+    static_assert(FloatBatch<Arch>::size == 4, "amc: unsupported vector width for lanes_above");
+    return static_cast<std::uint32_t>(
+        _mm_movemask_ps(_mm_cmpgt_ps(_mm_loadu_ps(x), _mm_set1_ps(threshold))));
+  }
+}
+
 /// One cache line towards L1, for reading.
 inline void prefetch_line(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 

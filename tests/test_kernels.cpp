@@ -1,10 +1,12 @@
 // Every kernel of every instruction set this CPU runs, against plain double loops, for every
 // length from 0 to three vector widths (plus a few longer) and four misalignments.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "amc/kernels/kernel_table.hpp"
@@ -235,6 +237,67 @@ TEST_CASE("first_above finds the first element above a threshold", "[kernels]") 
           }
           REQUIRE(table->first_above(x, n, -INFINITY) == want_any);
           REQUIRE(table->first_above(x, n, INFINITY) == n);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("list_above lists what first_above finds; exp_sum_listed has exp_sum's bits",
+          "[kernels]") {
+  // Rows that are -inf (or NaN, for the listing) but at a few places, every density from none
+  // to all: the listing against a plain loop, cut short at every capacity below its length; and
+  // the listed exps and their sum, bit for bit, against exp_sum over the whole row (the sum a
+  // per-group combination of a two-stage rule's rescored rows depends on).
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  for (const KernelTable* table : kernels::available()) {
+    for (std::int64_t offset = 0; offset < kMisalignments; ++offset) {
+      for (std::int64_t n : lengths()) {
+        for (const float density : {0.0f, 0.05f, 0.3f, 1.0f}) {
+          CAPTURE(table->name, offset, n, density);
+          std::vector<float> buffer(static_cast<std::size_t>(n + offset));
+          float* x = buffer.data() + offset;
+          std::vector<std::int64_t> want;
+          for (std::int64_t i = 0; i < n; ++i) {
+            if (uniform(rng) < density) {
+              want.push_back(i);
+              // Mostly moderate, sometimes low enough that the exp underflows, or a signed 0.
+              const float u = uniform(rng);
+              x[i] = u < 0.1f ? -200.0f * u : (u < 0.15f ? -0.0f : 8.0f * (u - 0.5f));
+            } else {
+              x[i] = i % 5 == 0 ? NAN : -INFINITY;
+            }
+          }
+          const auto found = static_cast<std::int64_t>(want.size());
+          std::vector<std::int64_t> listed(want.size() + 1, -1);
+          REQUIRE(table->list_above(x, n, -INFINITY, listed.data(), found) == found);
+          REQUIRE(std::equal(want.begin(), want.end(), listed.begin()));
+          for (std::int64_t capacity = 0; capacity < found; ++capacity) {
+            std::vector<std::int64_t> short_list(static_cast<std::size_t>(capacity) + 1, -1);
+            REQUIRE(table->list_above(x, n, -INFINITY, short_list.data(), capacity) ==
+                    capacity + 1);
+            REQUIRE(std::equal(short_list.begin(), short_list.begin() + capacity, want.begin()));
+            REQUIRE(short_list[static_cast<std::size_t>(capacity)] == -1);  // nothing past it
+          }
+
+          for (std::int64_t i = 0; i < n; ++i) {
+            if (x[i] != x[i]) x[i] = -INFINITY;  // exp_sum's rows: no NaN
+          }
+          float shift = -INFINITY;
+          for (const std::int64_t i : want) shift = std::max(shift, x[i]);
+          if (found == 0) shift = 0.0f;
+          std::vector<float> whole(x, x + n), in_place(x, x + n);
+          const float want_sum = table->exp_sum(whole.data(), n, shift);
+          const float got_sum =
+              table->exp_sum_listed(in_place.data(), n, shift, want.data(), found);
+          REQUIRE(std::bit_cast<std::uint32_t>(got_sum) == std::bit_cast<std::uint32_t>(want_sum));
+          for (std::int64_t i = 0; i < n; ++i) {
+            const bool is_listed = std::binary_search(want.begin(), want.end(), i);
+            const float expected = is_listed ? whole[static_cast<std::size_t>(i)] : -INFINITY;
+            REQUIRE(std::bit_cast<std::uint32_t>(in_place[static_cast<std::size_t>(i)]) ==
+                    std::bit_cast<std::uint32_t>(expected));
+          }
         }
       }
     }

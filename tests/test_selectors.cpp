@@ -1,7 +1,7 @@
 // Selectors and block summaries against independent double-precision computations.
-#include <concepts>
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <cstdio>
 #include <numeric>
@@ -197,7 +197,8 @@ TEST_CASE("per-group scope combines softmax-normalised head scores", "[selectors
   const std::vector<float> scores = {0.0f, 0.0f, 0.0f, 10.0f,  // head 0
                                      0.0f, 1.0f, 1.0f, 0.0f};  // head 1
   const CandidateBlocks c{0, 4, 0, 64};
-  std::vector<float> combined(4), scratch;
+  std::vector<float> combined(4);
+  CombineScratch scratch;
   combine_group_scores(scores, 2, 4, c, GroupCombine::sum, combined, scratch);
   double p0[4], p1[4], z0 = 3 + std::exp(10.0), z1 = 2 + 2 * std::exp(1.0);
   for (int b = 0; b < 4; ++b) {
@@ -210,6 +211,59 @@ TEST_CASE("per-group scope combines softmax-normalised head scores", "[selectors
   REQUIRE(top == std::vector<std::int64_t>{3});
   combine_group_scores(scores, 2, 4, c, GroupCombine::max, combined, scratch);
   for (int b = 0; b < 4; ++b) REQUIRE(combined[b] == Approx(std::max(p0[b], p1[b])).epsilon(1e-6));
+}
+
+TEST_CASE("per-group combination of rows scored at a few blocks, -inf or NaN elsewhere",
+          "[selectors]") {
+  // What a two-stage rule's second stage leaves (its shortlist scored, the rest -inf), which
+  // combine_group_scores exponentiates at the listed blocks only; and rows scored throughout,
+  // in the same call. Against softmaxes in double; combined scores outside the candidates stay.
+  constexpr std::int64_t heads = 5, blocks = 700;
+  const CandidateBlocks c{3, 690, 0, 1 << 20};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<float> scores(static_cast<std::size_t>(heads * blocks));
+    for (std::int64_t h = 0; h < heads; ++h) {
+      // Head 0 scores every block, head 1 none; the others 1-40 blocks (the listed path).
+      const float density = h == 0 ? 1.0f : (h == 1 ? 0.0f : 0.002f * float(trial + 1) * float(h));
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        float& s = scores[static_cast<std::size_t>(h * blocks + b)];
+        s = uniform(rng) < density ? 6.0f * uniform(rng) - 3.0f : (b % 7 == 0 ? NAN : -INFINITY);
+      }
+    }
+    for (const GroupCombine combine : {GroupCombine::sum, GroupCombine::max}) {
+      CAPTURE(trial, combine == GroupCombine::sum);
+      std::vector<float> combined(blocks, 42.0f);
+      CombineScratch scratch;
+      combine_group_scores(scores, heads, blocks, c, combine, combined, scratch);
+      // Each head's softmax is within (n + 4) u of its value (a sum of n positive terms in any
+      // order, u = 2^-24, the scale and the combination's add), plus the kernels' exp bound
+      // (2.5e-7); so is their sum or max over heads.
+      const double tolerance = double(c.count() + 4) * 0x1p-24 + 2.5e-7;
+      std::vector<double> want(blocks, 0.0);
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const float* row = scores.data() + h * blocks;
+        double max = -INFINITY, z = 0.0;
+        for (std::int64_t b = c.first; b < c.last; ++b)
+          if (row[b] == row[b]) max = std::max<double>(max, row[b]);
+        if (!std::isfinite(max)) continue;
+        for (std::int64_t b = c.first; b < c.last; ++b)
+          if (row[b] == row[b]) z += std::exp(row[b] - max);
+        for (std::int64_t b = c.first; b < c.last; ++b) {
+          const double p = row[b] == row[b] ? std::exp(row[b] - max) / z : 0.0;
+          want[b] = combine == GroupCombine::sum ? want[b] + p : std::max(want[b], p);
+        }
+      }
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        if (b < c.first || b >= c.last) {
+          REQUIRE(combined[b] == 42.0f);
+        } else {
+          REQUIRE(std::abs(combined[b] - want[b]) <= tolerance * want[b]);
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("top-k ranks NaN last and keeps indices sorted", "[selectors]") {

@@ -579,7 +579,7 @@ class BlockSparseDecode {
   std::int64_t selection_heads_ = 0;    // its query heads
   std::vector<float> block_scores_;     // [heads, blocks]
   std::vector<float> combined_;         // [blocks]
-  std::vector<float> combine_scratch_;  // [candidate blocks]
+  CombineScratch combine_scratch_;
   std::vector<std::vector<std::int64_t>> selected_;
   std::vector<Support> supports_;
   std::vector<AdaptiveSelection> adaptive_;  // [heads], adaptive selection only

@@ -118,32 +118,64 @@ inline void select_top_p(std::span<const float> scores, const CandidateBlocks& c
   std::sort(selected.begin(), selected.end());
 }
 
+/// Scratch of combine_group_scores, kept by its caller across steps.
+struct CombineScratch {
+  std::vector<float> weights;        // [candidate blocks]: one head's softmax
+  std::vector<std::int64_t> listed;  // candidate offsets whose score is above -inf
+};
+
 /// Per-group combination: each row of `head_scores` ([heads, blocks]) becomes a softmax over the
 /// candidate blocks; `combined[b]` is their sum or max over heads. NaN scores count as -inf.
-/// Scores of non-candidate blocks are left untouched. `scratch` holds one row of candidates.
+/// Scores of non-candidate blocks are left untouched.
+///
+/// A row that scores only a few blocks above -inf (a two-stage rule's second stage: its
+/// shortlist) is exponentiated at those blocks only (KernelTable::exp_sum_listed), with the
+/// same bits as the whole row: the others' exps are exact zeros. That saves one exp per
+/// candidate block and head, the bulk of a combination at long contexts.
 inline void combine_group_scores(std::span<const float> head_scores, std::int64_t heads,
                                  std::int64_t blocks, const CandidateBlocks& candidates,
                                  GroupCombine combine, std::span<float> combined,
-                                 std::vector<float>& scratch) {
+                                 CombineScratch& scratch) {
   const auto& table = kernels::active();
   const std::int64_t count = candidates.count();
+  // Listing pays while the listed exps (gathered into vectors) are a small part of the row's;
+  // a row above -inf throughout stops being listed after this many.
+  const std::int64_t most_listed = count / 16;
   float* out = combined.data() + candidates.first;
   std::fill(out, out + count, 0.0f);
-  scratch.resize(static_cast<std::size_t>(count));
+  scratch.weights.resize(static_cast<std::size_t>(count));
+  scratch.listed.resize(static_cast<std::size_t>(most_listed));
+  float* weights = scratch.weights.data();
+  const std::int64_t* listed = scratch.listed.data();
+  constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
   for (std::int64_t h = 0; h < heads; ++h) {
     const float* row = head_scores.data() + h * blocks + candidates.first;
-    float* weights = scratch.data();
-    for (std::int64_t b = 0; b < count; ++b) {  // branchless, so it vectorises
-      weights[b] = row[b] == row[b] ? row[b] : -std::numeric_limits<float>::infinity();
-    }
-    const float max = table.max(scratch.data(), count);
-    if (!std::isfinite(max)) continue;  // this head prefers nothing: it contributes nothing
-    const float inverse_sum = 1.0f / table.exp_sum(scratch.data(), count, max);
-    if (combine == GroupCombine::sum) {
-      table.axpy[kernels::index_of(StorageType::f32)](inverse_sum, scratch.data(), out, count);
+    // The blocks above -inf (not NaN), unless there are too many to be worth listing.
+    const std::int64_t above =
+        table.list_above(row, count, kMinusInf, scratch.listed.data(), most_listed);
+    float max = kMinusInf;
+    float sum = 0.0f;
+    if (above <= most_listed) {
+      std::fill(weights, weights + count, 0.0f);  // exp(-inf - max): the unlisted weights
+      for (std::int64_t i = 0; i < above; ++i) {
+        weights[listed[i]] = row[listed[i]];
+        max = std::max(max, row[listed[i]]);
+      }
+      if (!std::isfinite(max)) continue;  // this head prefers nothing: it contributes nothing
+      sum = table.exp_sum_listed(weights, count, max, listed, above);
     } else {
-      for (std::int64_t b = 0; b < count; ++b)
-        out[b] = std::max(out[b], scratch[static_cast<std::size_t>(b)] * inverse_sum);
+      for (std::int64_t b = 0; b < count; ++b) {  // branchless, so it vectorises
+        weights[b] = row[b] == row[b] ? row[b] : kMinusInf;
+      }
+      max = table.max(weights, count);
+      if (!std::isfinite(max)) continue;
+      sum = table.exp_sum(weights, count, max);
+    }
+    const float inverse_sum = 1.0f / sum;
+    if (combine == GroupCombine::sum) {
+      table.axpy[kernels::index_of(StorageType::f32)](inverse_sum, weights, out, count);
+    } else {
+      for (std::int64_t b = 0; b < count; ++b) out[b] = std::max(out[b], weights[b] * inverse_sum);
     }
   }
 }

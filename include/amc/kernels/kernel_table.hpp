@@ -77,10 +77,21 @@ struct KernelTable {
   float (*max)(const float* x, std::int64_t n) = nullptr;
   /// x_i = exp(x_i - shift) in place; returns the sum of the new x_i.
   float (*exp_sum)(float* x, std::int64_t n, float shift) = nullptr;
+  /// exp_sum over n floats of which only x[listed[0..count)] (increasing, < n) can be above
+  /// -inf: the listed x_i = exp(x_i - shift) in place, the others left as they are; returns the
+  /// bits exp_sum would return (its lanes and order; the others add exact zeros). A row that
+  /// scores a few blocks and -inf elsewhere (two-stage selection) is summed at the cost of its
+  /// few.
+  float (*exp_sum_listed)(float* x, std::int64_t n, float shift, const std::int64_t* listed,
+                          std::int64_t count) = nullptr;
   /// y *= alpha over n elements.
   void (*scale)(float* y, float alpha, std::int64_t n) = nullptr;
   /// The first i < n with x[i] > threshold (false for NaN), or n when there is none.
   std::int64_t (*first_above)(const float* x, std::int64_t n, float threshold) = nullptr;
+  /// The i < n with x[i] > threshold (false for NaN), increasing, into listed[0..capacity);
+  /// returns how many there are, or capacity + 1 once there are more (it stops there).
+  std::int64_t (*list_above)(const float* x, std::int64_t n, float threshold, std::int64_t* listed,
+                             std::int64_t capacity) = nullptr;
   /// Sum of n floats with independent accumulators: a plain streaming read, the memory
   /// bandwidth baseline of the benchmarks (the sum only keeps the reads from being elided).
   float (*stream_sum)(const float* x, std::int64_t n) = nullptr;

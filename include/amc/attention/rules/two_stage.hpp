@@ -114,7 +114,8 @@ class TwoStageRule final : public BlockRule {
   void rescore_group_shortlist(const GroupScoringInput& in, const KeyRows& keys,
                                std::span<float> scores) const {
     thread_local std::vector<std::int64_t> shortlist;
-    thread_local std::vector<float> combined, scratch, key_scores;
+    thread_local std::vector<float> combined, key_scores;
+    thread_local CombineScratch scratch;
     const CandidateBlocks& c = in.candidates;
     const std::int64_t blocks = in.summaries.blocks();
     const std::int64_t block_size = in.summaries.block_size();
