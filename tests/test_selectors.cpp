@@ -217,16 +217,17 @@ TEST_CASE("per-group combination of rows scored at a few blocks, -inf or NaN els
           "[selectors]") {
   // What a two-stage rule's second stage leaves (its shortlist scored, the rest -inf), which
   // combine_group_scores exponentiates at the listed blocks only; and rows scored throughout,
-  // in the same call. Against softmaxes in double; combined scores outside the candidates stay.
-  constexpr std::int64_t heads = 5, blocks = 700;
-  const CandidateBlocks c{3, 690, 0, 1 << 20};
+  // in the same call; rows long enough to be listed (kListedFrom). Against softmaxes in double;
+  // combined scores outside the candidates stay.
+  constexpr std::int64_t heads = 5, blocks = kListedFrom + 500;
+  const CandidateBlocks c{3, blocks - 10, 0, 1 << 20};
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
   for (int trial = 0; trial < 20; ++trial) {
     std::vector<float> scores(static_cast<std::size_t>(heads * blocks));
     for (std::int64_t h = 0; h < heads; ++h) {
-      // Head 0 scores every block, head 1 none; the others 1-40 blocks (the listed path).
-      const float density = h == 0 ? 1.0f : (h == 1 ? 0.0f : 0.002f * float(trial + 1) * float(h));
+      // Head 0 scores every block, head 1 none; the others about 2-120 (listed up to 94).
+      const float density = h == 0 ? 1.0f : (h == 1 ? 0.0f : 0.001f * float(trial + 1) * float(h));
       for (std::int64_t b = 0; b < blocks; ++b) {
         float& s = scores[static_cast<std::size_t>(h * blocks + b)];
         s = uniform(rng) < density ? 6.0f * uniform(rng) - 3.0f : (b % 7 == 0 ? NAN : -INFINITY);

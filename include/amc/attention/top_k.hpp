@@ -124,6 +124,10 @@ struct CombineScratch {
   std::vector<std::int64_t> listed;  // candidate offsets whose score is above -inf
 };
 
+/// combine_group_scores lists rows of at least this many candidate blocks (32K positions in
+/// blocks of 32); shorter rows are exponentiated whole.
+inline constexpr std::int64_t kListedFrom = 1024;
+
 /// Per-group combination: each row of `head_scores` ([heads, blocks]) becomes a softmax over the
 /// candidate blocks; `combined[b]` is their sum or max over heads. NaN scores count as -inf.
 /// Scores of non-candidate blocks are left untouched.
@@ -139,8 +143,10 @@ inline void combine_group_scores(std::span<const float> head_scores, std::int64_
   const auto& table = kernels::active();
   const std::int64_t count = candidates.count();
   // Listing pays while the listed exps (gathered into vectors) are a small part of the row's;
-  // a row above -inf throughout stops being listed after this many.
-  const std::int64_t most_listed = count / 16;
+  // a row above -inf throughout stops being listed after this many. Short rows are not listed:
+  // their exps take less than a cold step spends fetching the listing's code and scratch.
+  const bool listing = count >= kListedFrom;
+  const std::int64_t most_listed = listing ? count / 16 : 0;
   float* out = combined.data() + candidates.first;
   std::fill(out, out + count, 0.0f);
   scratch.weights.resize(static_cast<std::size_t>(count));
@@ -152,10 +158,10 @@ inline void combine_group_scores(std::span<const float> head_scores, std::int64_
     const float* row = head_scores.data() + h * blocks + candidates.first;
     // The blocks above -inf (not NaN), unless there are too many to be worth listing.
     const std::int64_t above =
-        table.list_above(row, count, kMinusInf, scratch.listed.data(), most_listed);
+        listing ? table.list_above(row, count, kMinusInf, scratch.listed.data(), most_listed) : 0;
     float max = kMinusInf;
     float sum = 0.0f;
-    if (above <= most_listed) {
+    if (listing && above <= most_listed) {
       std::fill(weights, weights + count, 0.0f);  // exp(-inf - max): the unlisted weights
       for (std::int64_t i = 0; i < above; ++i) {
         weights[listed[i]] = row[listed[i]];
