@@ -317,6 +317,49 @@ TEST_CASE("top-k equals sorting by (score desc, index asc) on ties, NaN and infi
   }
 }
 
+TEST_CASE("top-k over many candidates (a lower bound on the k-th score first) equals sorting",
+          "[selectors]") {
+  // From kTopKFloorFrom candidates on select_top_k ranks only the scores that reach a bound on
+  // the k-th best: continuous scores (few ties), coarse ones (many ties at the bound), sorted
+  // increasing (every later block gets in), with NaN, -inf, +inf and denormals sprinkled in.
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::uniform_int_distribution<int> sprinkle(0, 199);
+  for (const std::int64_t n :
+       {kTopKFloorFrom, kTopKFloorFrom + 37, std::int64_t{4100}, std::int64_t{9000}}) {
+    for (std::int64_t k : {1, 7, 16, 64, 130}) {
+      for (int trial = 0; trial < 6; ++trial) {
+        std::vector<float> scores(static_cast<std::size_t>(n));
+        for (float& x : scores) {
+          x = normal(rng);
+          if (trial == 1) x = std::round(x * 4.0f) / 4.0f;  // coarse: many ties
+          if (trial == 2) x *= 1e-38f;                      // near and below FLT_MIN
+          if (trial >= 3) {
+            const int s = sprinkle(rng);
+            x = s == 0 ? NAN : (s == 1 ? -INFINITY : (s == 2 && trial == 4 ? INFINITY : x));
+          }
+        }
+        if (trial == 5) std::sort(scores.begin(), scores.end());  // increasing: all beat the worst
+        const CandidateBlocks c{3, n - 2, 0, 0};
+        CAPTURE(n, k, trial);
+        std::vector<std::int64_t> order;
+        for (std::int64_t b = c.first; b < c.last; ++b) order.push_back(b);
+        auto rank_key = [&](std::int64_t b) {
+          const float x = scores[static_cast<std::size_t>(b)];
+          return std::isnan(x) ? -INFINITY : x;
+        };
+        std::stable_sort(order.begin(), order.end(),
+                         [&](std::int64_t a, std::int64_t b) { return rank_key(a) > rank_key(b); });
+        order.resize(static_cast<std::size_t>(std::min<std::int64_t>(k, c.count())));
+        std::sort(order.begin(), order.end());
+        std::vector<std::int64_t> top;
+        select_top_k(scores, c, k, top);
+        REQUIRE(top == order);
+      }
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("block summaries: incremental appends equal a rebuild and a reference",
                    "[summaries]", float, amc::bf16, amc::f16) {
   using T = TestType;

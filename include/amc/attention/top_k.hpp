@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <span>
 #include <utility>
@@ -17,12 +18,41 @@
 
 namespace amc {
 
+namespace detail {
+
+/// A score that at least k of the `count` scores at `row` reach, so that the k best all do: the
+/// k-th largest of the maxima of disjoint groups (group j: j, j + groups, ...; a vertical max,
+/// so it vectorises), NaN as -inf. With `groups` a few times k, few scores besides the k best
+/// reach it. Needs k <= groups <= count.
+inline float top_k_floor(const float* row, std::int64_t count, std::int64_t k, std::int64_t groups,
+                         std::vector<float>& maxima) {
+  maxima.assign(static_cast<std::size_t>(groups), -std::numeric_limits<float>::infinity());
+  float* m = maxima.data();
+  std::int64_t r = 0;
+  for (; r + groups <= count; r += groups) {
+    for (std::int64_t j = 0; j < groups; ++j) m[j] = row[r + j] > m[j] ? row[r + j] : m[j];
+  }
+  for (std::int64_t j = 0; r + j < count; ++j) m[j] = row[r + j] > m[j] ? row[r + j] : m[j];
+  std::nth_element(maxima.begin(), maxima.begin() + (k - 1), maxima.end(), std::greater<>());
+  return maxima[static_cast<std::size_t>(k - 1)];
+}
+
+}  // namespace detail
+
+/// select_top_k first bounds the k-th best score from below (detail::top_k_floor) and ranks only
+/// the scores that reach it, from this many candidates and 8 per block kept on: there, a
+/// heap over every candidate costs more in unpredictable sift steps than the bound's two
+/// vector passes.
+inline constexpr std::int64_t kTopKFloorFrom = 1024;
+
 /// Picks the `k` best candidate blocks by score, ties broken by the lower block index; NaN scores
 /// rank last. Writes the chosen block indices to `selected` in increasing order.
 ///
 /// One pass with a k-element heap whose top is the worst block kept so far: with k much smaller
 /// than the number of blocks almost every candidate is rejected by a single comparison, which is
-/// what makes selection cheap next to the attention it saves at long contexts.
+/// what makes selection cheap next to the attention it saves at long contexts. Over many
+/// candidates (kTopKFloorFrom) the pass runs over the few that reach a lower bound on the k-th
+/// best score. The result is the same either way: the k best under a strict total order.
 inline void select_top_k(std::span<const float> scores, const CandidateBlocks& candidates,
                          std::int64_t k, std::vector<std::int64_t>& selected) {
   selected.clear();
@@ -42,18 +72,9 @@ inline void select_top_k(std::span<const float> scores, const CandidateBlocks& c
   };
   // With `before` as the heap's less-than, the heap top is the block that ranks last. Blocks
   // come in increasing index order, so a later block with the same score as the worst kept one
-  // ranks after it: only a strictly higher score gets in.
-  for (std::int64_t b = candidates.first; b < candidates.first + k; ++b) selected.push_back(b);
-  std::make_heap(selected.begin(), selected.end(), before);
-  float worst = key(selected.front());
-  // The scan for the next block that beats the worst kept one is a vector compare
-  // (first_above); NaN never beats it, matching key(NaN) = -inf.
-  const auto first_above = kernels::active().first_above;
-  for (std::int64_t b = candidates.first + k; b < candidates.last; ++b) {
-    b += first_above(scores.data() + b, candidates.last - b, worst);
-    if (b == candidates.last) break;
-    // b replaces the top (the worst kept block), sifted down to restore the heap: one pass
-    // where pop_heap plus push_heap take two.
+  // ranks after it: only a strictly higher score gets in. b replaces the top (the worst kept
+  // block), sifted down to restore the heap: one pass where pop_heap plus push_heap take two.
+  auto replace_worst = [&](std::int64_t b) {
     std::size_t hole = 0;
     for (;;) {
       std::size_t child = 2 * hole + 1;
@@ -64,6 +85,42 @@ inline void select_top_k(std::span<const float> scores, const CandidateBlocks& c
       hole = child;
     }
     selected[hole] = b;
+  };
+  const auto& table = kernels::active();
+  const std::int64_t count = candidates.count();
+  if (count >= kTopKFloorFrom && count >= 8 * k) {
+    // Rank only the candidates above a threshold. Whatever the threshold, when every candidate
+    // above it is listed and there are at least k, the k best are among them; the lower bound
+    // on the k-th best score (just below it, so that ties with it are listed too) makes that
+    // the usual case, and few more are listed. Otherwise, the plain pass below.
+    thread_local std::vector<float> maxima;
+    thread_local std::vector<std::int64_t> reaching;
+    const float* row = scores.data() + candidates.first;
+    const float floor = detail::top_k_floor(row, count, k, std::max(4 * k, count / 16), maxima);
+    const float below = std::nextafter(floor, -std::numeric_limits<float>::infinity());
+    const std::int64_t capacity = 8 * k;  // more only with many ties at the floor
+    reaching.resize(static_cast<std::size_t>(capacity));
+    const std::int64_t found = table.list_above(row, count, below, reaching.data(), capacity);
+    if (found >= k && found <= capacity) {
+      for (std::int64_t i = 0; i < k; ++i) selected.push_back(candidates.first + reaching[i]);
+      std::make_heap(selected.begin(), selected.end(), before);
+      for (std::int64_t i = k; i < found; ++i) {
+        const std::int64_t b = candidates.first + reaching[static_cast<std::size_t>(i)];
+        if (before(b, selected.front())) replace_worst(b);
+      }
+      std::sort(selected.begin(), selected.end());
+      return;
+    }
+  }
+  for (std::int64_t b = candidates.first; b < candidates.first + k; ++b) selected.push_back(b);
+  std::make_heap(selected.begin(), selected.end(), before);
+  float worst = key(selected.front());
+  // The scan for the next block that beats the worst kept one is a vector compare
+  // (first_above); NaN never beats it, matching key(NaN) = -inf.
+  for (std::int64_t b = candidates.first + k; b < candidates.last; ++b) {
+    b += table.first_above(scores.data() + b, candidates.last - b, worst);
+    if (b == candidates.last) break;
+    replace_worst(b);
     worst = key(selected.front());
   }
   std::sort(selected.begin(), selected.end());
