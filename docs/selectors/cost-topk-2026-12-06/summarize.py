@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
-"""The three binaries of run.sh (base, listed, topk) from the JSON of this directory; writes
-summary.md. Medians of each process's 3 repetitions; "avg" is the mean of the three rounds'
-medians."""
+"""The binaries of run.sh (base, listed, topk) from the JSON of this directory, or of second.sh
+(listed, topk at 131072, four rounds) with the argument `second`; writes summary.md there.
+Medians of each process's 3 repetitions; the averages are the means of the rounds' medians."""
 import json
 import os
 import re
+import sys
 
-here = os.path.dirname(os.path.abspath(__file__))
+top = os.path.dirname(os.path.abspath(__file__))
 RULES = {0: "mean", 1: "bound", 2: "twostage/mean", 3: "twostage/bound", 4: "submean", 5: "oracle"}
-SIDES, ROUNDS, SIZES = ("base", "listed", "topk"), (1, 2, 3), (16384, 131072)
+if len(sys.argv) > 1 and sys.argv[1] == "second":
+    here, SIDES, ROUNDS, SIZES = os.path.join(top, "second"), ("listed", "topk"), (1, 2, 3, 4), (131072,)
+    RULES = {r: RULES[r] for r in range(4)}
+    title = "cost-topk-2026-12-06/second: listed (6d8ca1b), topk (9dd0c54), 131072"
+else:
+    here, SIDES, ROUNDS, SIZES = top, ("base", "listed", "topk"), (1, 2, 3), (16384, 131072)
+    title = "cost-topk-2026-12-06: base (2d6fa9c), listed (6d8ca1b), topk (9dd0c54)"
 
 
 def medians(path):
@@ -35,23 +42,26 @@ def avg(n, s, rule, kind="SparseDecode"):
     return sum(step(n, s, r, rule, kind) for r in ROUNDS) / len(ROUNDS)
 
 
-out = ["# cost-topk-2026-12-06: base (2d6fa9c), listed (6d8ca1b), topk (9dd0c54)", "",
-       "## Rules: whole step, cold (us; averages of the three rounds' medians)", "",
-       "| rule | n | base | listed | topk | listed / base | topk / listed |"
-       " select base | listed | topk | step / mean step: base | listed | topk |",
-       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+pairs = list(zip(SIDES, SIDES[1:]))
+out = [f"# {title}", "",
+       "## Rules: whole step, cold (us; averages of the rounds' medians)", "",
+       "| rule | n | " + " | ".join(SIDES) + " | " + " | ".join(f"{b} / {a}" for a, b in pairs) +
+       " | " + " | ".join(f"select {s}" for s in SIDES) + " | " +
+       " | ".join(f"step / mean step {s}" for s in SIDES) + " |",
+       "|---|---:|" + "---:|" * (3 * len(SIDES) + len(pairs))]
 for n in SIZES:
     for rule, name in RULES.items():
         t = {s: avg(n, s, rule) for s in SIDES}
         sel = {s: avg(n, s, rule, "Select") for s in SIDES}
         ratio = {s: t[s] / avg(n, s, 0) for s in SIDES}
-        out.append(f"| {name} | {n} | " + " | ".join(f"{t[s]:.0f}" for s in SIDES) +
-                   f" | {t['listed'] / t['base']:.3f} | {t['topk'] / t['listed']:.3f} | " +
+        out.append(f"| {name} | {n} | " + " | ".join(f"{t[s]:.0f}" for s in SIDES) + " | " +
+                   " | ".join(f"{t[b] / t[a]:.3f}" for a, b in pairs) + " | " +
                    " | ".join(f"{sel[s]:.0f}" for s in SIDES) + " | " +
                    " | ".join(f"{ratio[s]:.2f}" for s in SIDES) + " |")
 out += ["", "## Per round (step us; the spread behind the averages)", "",
-        "| rule | n | round | base | listed | topk | step / mean step: base | listed | topk |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        "| rule | n | round | " + " | ".join(SIDES) + " | " +
+        " | ".join(f"step / mean step {s}" for s in SIDES) + " |",
+        "|---|---:|---:|" + "---:|" * (2 * len(SIDES))]
 for n in SIZES:
     for rule, name in RULES.items():
         for r in ROUNDS:
