@@ -278,6 +278,27 @@ TEST_CASE("top-k ranks NaN last and keeps indices sorted", "[selectors]") {
   REQUIRE(top.empty());
 }
 
+namespace {
+
+/// The k best candidates by (score descending, index ascending), NaN as -inf, in increasing
+/// order: a stable sort, the reference for select_top_k.
+std::vector<std::int64_t> top_k_by_sorting(const std::vector<float>& scores,
+                                           const CandidateBlocks& c, std::int64_t k) {
+  std::vector<std::int64_t> order;
+  for (std::int64_t b = c.first; b < c.last; ++b) order.push_back(b);
+  auto rank_key = [&](std::int64_t b) {
+    const float x = scores[static_cast<std::size_t>(b)];
+    return std::isnan(x) ? -INFINITY : x;
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int64_t a, std::int64_t b) { return rank_key(a) > rank_key(b); });
+  order.resize(static_cast<std::size_t>(std::min<std::int64_t>(k, c.count())));
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+}  // namespace
+
 TEST_CASE("top-k equals sorting by (score desc, index asc) on ties, NaN and infinities",
           "[selectors]") {
   std::mt19937 rng(11);
@@ -299,19 +320,9 @@ TEST_CASE("top-k equals sorting by (score desc, index asc) on ties, NaN and infi
         }
         const CandidateBlocks c{n / 5, n - n / 7, 0, 0};
         CAPTURE(n, k, trial, c.first, c.last);
-        std::vector<std::int64_t> order;
-        for (std::int64_t b = c.first; b < c.last; ++b) order.push_back(b);
-        auto rank_key = [&](std::int64_t b) {
-          const float x = scores[static_cast<std::size_t>(b)];
-          return std::isnan(x) ? -INFINITY : x;
-        };
-        std::stable_sort(order.begin(), order.end(),
-                         [&](std::int64_t a, std::int64_t b) { return rank_key(a) > rank_key(b); });
-        order.resize(static_cast<std::size_t>(std::min<std::int64_t>(k, c.count())));
-        std::sort(order.begin(), order.end());
         std::vector<std::int64_t> top;
         select_top_k(scores, c, k, top);
-        REQUIRE(top == order);
+        REQUIRE(top == top_k_by_sorting(scores, c, k));
       }
     }
   }
@@ -342,19 +353,9 @@ TEST_CASE("top-k over many candidates (a lower bound on the k-th score first) eq
         if (trial == 5) std::sort(scores.begin(), scores.end());  // increasing: all beat the worst
         const CandidateBlocks c{3, n - 2, 0, 0};
         CAPTURE(n, k, trial);
-        std::vector<std::int64_t> order;
-        for (std::int64_t b = c.first; b < c.last; ++b) order.push_back(b);
-        auto rank_key = [&](std::int64_t b) {
-          const float x = scores[static_cast<std::size_t>(b)];
-          return std::isnan(x) ? -INFINITY : x;
-        };
-        std::stable_sort(order.begin(), order.end(),
-                         [&](std::int64_t a, std::int64_t b) { return rank_key(a) > rank_key(b); });
-        order.resize(static_cast<std::size_t>(std::min<std::int64_t>(k, c.count())));
-        std::sort(order.begin(), order.end());
         std::vector<std::int64_t> top;
         select_top_k(scores, c, k, top);
-        REQUIRE(top == order);
+        REQUIRE(top == top_k_by_sorting(scores, c, k));
       }
     }
   }
