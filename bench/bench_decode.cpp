@@ -532,10 +532,14 @@ SparseConfig rule_config(std::int64_t rule) {
   return c;
 }
 
-/// BM_SparseDecode with the rule kComparedRules[range(1)] (bf16, cold, the same settings).
+/// BM_SparseDecode with the rule kComparedRules[range(1)] (bf16, cold, the same settings); with
+/// SelectionScope::per_head (BM_RuleSparseDecodePerHead), one selection and support per query
+/// head, the study's scope.
+template <SelectionScope Scope>
 void BM_RuleSparseDecode(benchmark::State& state) {
   auto& kv = ring<bf16>(state.range(0));
-  const SparseConfig config = rule_config(state.range(1));
+  SparseConfig config = rule_config(state.range(1));
+  config.scope = Scope;
   const RowMatrix queries = group_queries();
   RowMatrix out(kGroupHeads, kHeadDim);
   std::vector<HeadResult> results(kGroupHeads);
@@ -556,10 +560,12 @@ void BM_RuleSparseDecode(benchmark::State& state) {
       static_cast<double>(kv.positions);
 }
 
-/// BM_Select with the rule kComparedRules[range(1)].
+/// BM_Select with the rule kComparedRules[range(1)] and the scope (BM_RuleSelectPerHead).
+template <SelectionScope Scope>
 void BM_RuleSelect(benchmark::State& state) {
   auto& kv = ring<bf16>(state.range(0));
-  const SparseConfig config = rule_config(state.range(1));
+  SparseConfig config = rule_config(state.range(1));
+  config.scope = Scope;
   const RowMatrix queries = group_queries();
   BlockSparseDecode<> sparse(config);
   static_cast<void>(kv.summaries_for(config, 0));
@@ -878,9 +884,18 @@ void register_contexts(const std::string& suffix) {
     }
     if constexpr (std::is_same_v<T, bf16>) {
       if (n != 16384 && n != 131072) continue;
-      for (auto [name, fn] : {std::pair{"BM_RuleSparseDecode", &BM_RuleSparseDecode},
-                              std::pair{"BM_RuleSelect", &BM_RuleSelect}}) {
-        for (std::int64_t rule = 0; rule < std::ssize(kComparedRules); ++rule) {
+      // Per head, the rules of issue 32's cost target and the oracle (kComparedRules[0..5]).
+      constexpr std::int64_t kPerHeadRules = 6;
+      for (auto [name, fn, rules] :
+           {std::tuple{"BM_RuleSparseDecode", &BM_RuleSparseDecode<SelectionScope::per_group>,
+                       std::ssize(kComparedRules)},
+            std::tuple{"BM_RuleSelect", &BM_RuleSelect<SelectionScope::per_group>,
+                       std::ssize(kComparedRules)},
+            std::tuple{"BM_RuleSparseDecodePerHead", &BM_RuleSparseDecode<SelectionScope::per_head>,
+                       kPerHeadRules},
+            std::tuple{"BM_RuleSelectPerHead", &BM_RuleSelect<SelectionScope::per_head>,
+                       kPerHeadRules}}) {
+        for (std::int64_t rule = 0; rule < rules; ++rule) {
           benchmark::RegisterBenchmark(name, fn)
               ->Args({n, rule})
               ->ArgNames({"", "rule"})
