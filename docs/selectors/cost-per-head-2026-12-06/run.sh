@@ -3,8 +3,9 @@
 # rules 0-5 (mean, bound, twostage/mean, twostage/bound, submean, oracle) with one selection
 # and support per query head of the GQA group, whole step and selection, at 16384 and 131072,
 # each size a process of its own, three rounds; the per-group step of the same rules in the
-# same processes for comparison. amc-bench of 3 commits after 9dd0c54 (the benchmark added; the
-# library as in 9dd0c54), copied to build/bench-per-head/. Writes summary.md (summarize.py).
+# same processes for comparison. amc-bench of e43833a (the benchmark added; the library as in
+# 9dd0c54), copied to build/bench-per-head/. Run 2026-12-06 07:50-07:56 UTC. Writes summary.md
+# (summarize.py).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 out=docs/selectors/cost-per-head-2026-12-06
