@@ -243,7 +243,7 @@ TEST_CASE("first_above finds the first element above a threshold", "[kernels]") 
   }
 }
 
-TEST_CASE("list_above lists what first_above finds; exp_sum_listed has exp_sum's bits",
+TEST_CASE("list_above lists every element above a threshold; exp_sum_listed has exp_sum's bits",
           "[kernels]") {
   // Rows that are -inf (or NaN, for the listing) but at a few places, every density from none
   // to all: the listing against a plain loop, cut short at every capacity below its length; and

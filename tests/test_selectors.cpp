@@ -240,8 +240,8 @@ TEST_CASE("per-group combination of rows scored at a few blocks, -inf or NaN els
       combine_group_scores(scores, heads, blocks, c, combine, combined, scratch);
       // Each head's softmax is within (n + 4) u of its value (a sum of n positive terms in any
       // order, u = 2^-24, the scale and the combination's add), plus the kernels' exp bound
-      // (2.5e-7); so is their sum or max over heads.
-      const double tolerance = double(c.count() + 4) * 0x1p-24 + 2.5e-7;
+      // (2.5e-7 relative) twice, in its numerator and its sum; so is their sum or max over heads.
+      const double tolerance = double(c.count() + 4) * 0x1p-24 + 2 * 2.5e-7;
       std::vector<double> want(blocks, 0.0);
       for (std::int64_t h = 0; h < heads; ++h) {
         const float* row = scores.data() + h * blocks;
