@@ -274,8 +274,13 @@ struct ScalarOps {
   }
   static std::int64_t list_above(const float* x, std::int64_t n, float threshold,
                                  std::int64_t* listed, std::int64_t capacity) {
-    std::int64_t found = 0;
-    for (std::int64_t i = 0; i < n; ++i) {
+    return list_above_from(x, 0, n, threshold, listed, 0, capacity);
+  }
+  /// list_above over x[i..n), with `found` indices already listed: the SIMD tables' tail.
+  static std::int64_t list_above_from(const float* x, std::int64_t i, std::int64_t n,
+                                      float threshold, std::int64_t* listed, std::int64_t found,
+                                      std::int64_t capacity) {
+    for (; i < n; ++i) {
       if (!(x[i] > threshold)) continue;
       if (found == capacity) return capacity + 1;
       listed[found++] = i;

@@ -128,12 +128,7 @@ struct SimdOps {
         listed[found++] = i + std::countr_zero(bits);
       }
     }
-    for (; i < n; ++i) {
-      if (!(x[i] > threshold)) continue;
-      if (found == capacity) return capacity + 1;
-      listed[found++] = i;
-    }
-    return found;
+    return ScalarOps::list_above_from(x, i, n, threshold, listed, found, capacity);
   }
 
   static float exp_sum(float* x, std::int64_t n, float shift) {

@@ -40,9 +40,10 @@ inline float top_k_floor(const float* row, std::int64_t count, std::int64_t k, s
 }  // namespace detail
 
 /// select_top_k first bounds the k-th best score from below (detail::top_k_floor) and ranks only
-/// the scores that reach it, from this many candidates and 8 per block kept on: there, a
-/// heap over every candidate costs more in unpredictable sift steps than the bound's two
-/// vector passes.
+/// the scores that reach it, from this many candidates and 8 per block kept on. Measured at 4096
+/// candidates (128K positions in blocks of 32), where a heap over every candidate took longer in
+/// unpredictable sift steps than the bound's two vector passes; not at fewer, so it starts where
+/// the combination's listing does (kListedFrom).
 inline constexpr std::int64_t kTopKFloorFrom = 1024;
 
 /// Picks the `k` best candidate blocks by score, ties broken by the lower block index; NaN scores
@@ -182,7 +183,9 @@ struct CombineScratch {
 };
 
 /// combine_group_scores lists rows of at least this many candidate blocks (32K positions in
-/// blocks of 32); shorter rows are exponentiated whole.
+/// blocks of 32); shorter rows are exponentiated whole. Measured at 4096 candidates (the listing
+/// pays) and 512, where listing every row made the cold mean step 3.3 us slower though it lists
+/// none (docs/selectors/cost-listed-2026-12-06/gate-16384/); 1024 lies between.
 inline constexpr std::int64_t kListedFrom = 1024;
 
 /// Per-group combination: each row of `head_scores` ([heads, blocks]) becomes a softmax over the
@@ -200,8 +203,7 @@ inline void combine_group_scores(std::span<const float> head_scores, std::int64_
   const auto& table = kernels::active();
   const std::int64_t count = candidates.count();
   // Listing pays while the listed exps (gathered into vectors) are a small part of the row's;
-  // a row above -inf throughout stops being listed after this many. Short rows are not listed:
-  // their exps take less than a cold step spends fetching the listing's code and scratch.
+  // a row above -inf throughout stops being listed after this many. Short rows: kListedFrom.
   const bool listing = count >= kListedFrom;
   const std::int64_t most_listed = listing ? count / 16 : 0;
   float* out = combined.data() + candidates.first;
@@ -209,13 +211,13 @@ inline void combine_group_scores(std::span<const float> head_scores, std::int64_
   scratch.weights.resize(static_cast<std::size_t>(count));
   scratch.listed.resize(static_cast<std::size_t>(most_listed));
   float* weights = scratch.weights.data();
-  const std::int64_t* listed = scratch.listed.data();
+  std::int64_t* listed = scratch.listed.data();
   constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
   for (std::int64_t h = 0; h < heads; ++h) {
     const float* row = head_scores.data() + h * blocks + candidates.first;
     // The blocks above -inf (not NaN), unless there are too many to be worth listing.
     const std::int64_t above =
-        listing ? table.list_above(row, count, kMinusInf, scratch.listed.data(), most_listed) : 0;
+        listing ? table.list_above(row, count, kMinusInf, listed, most_listed) : 0;
     float max = kMinusInf;
     float sum = 0.0f;
     if (listing && above <= most_listed) {
