@@ -13,9 +13,9 @@ void attend_bf16_words_avx512(const AttendArgs& args) {
 
 void score_rows_bf16_words_avx512(const float* queries, std::int64_t heads, std::int64_t head_dim,
                                   const bf16* rows, std::ptrdiff_t row_stride, std::int64_t count,
-                                  float* out, std::ptrdiff_t out_stride) {
+                                  float* out, std::ptrdiff_t out_stride, const RowsAhead& next) {
   BlockedOps<xsimd::avx512bw>::score_rows_bf16_words(queries, heads, head_dim, rows, row_stride,
-                                                     count, out, out_stride);
+                                                     count, out, out_stride, next);
 }
 
 }  // namespace amc::kernels::detail

@@ -77,12 +77,17 @@ void log_sum_exp_entry(float* scores, std::int64_t heads, std::int64_t count, fl
   }
 }
 
-/// KernelTable::log_sum_exp_rows: the table's score_rows and log_sum_exp in turn.
+/// KernelTable::log_sum_exp_rows: the table's score_rows and log_sum_exp in turn (the rows
+/// ahead asked for by tables that prefetch: score_rows_asking_ahead).
 template <class Ops, KvStorage T>
 void log_sum_exp_rows_entry(const float* queries, std::int64_t heads, std::int64_t head_dim,
                             const void* rows, std::ptrdiff_t row_stride, std::int64_t count,
-                            float* scratch, float* out, std::ptrdiff_t out_stride) {
-  if constexpr (requires { &Ops::template score_rows<T>; }) {
+                            float* scratch, float* out, std::ptrdiff_t out_stride,
+                            const RowsAhead& ahead) {
+  if constexpr (requires { &Ops::template score_rows_asking_ahead<T>; }) {
+    Ops::template score_rows_asking_ahead<T>(queries, heads, head_dim, rows, row_stride, count,
+                                             scratch, count, ahead);
+  } else if constexpr (requires { &Ops::template score_rows<T>; }) {
     Ops::template score_rows<T>(queries, heads, head_dim, rows, row_stride, count, scratch, count);
   } else {
     score_rows_entry<Ops, T>(queries, heads, head_dim, rows, row_stride, count, scratch, count);

@@ -24,7 +24,7 @@ void attend_bf16_words_avx512(const AttendArgs& args);
 /// 16), in the same unit as attend_bf16_words, whose scoring it shares.
 void score_rows_bf16_words_avx512(const float* queries, std::int64_t heads, std::int64_t head_dim,
                                   const bf16* rows, std::ptrdiff_t row_stride, std::int64_t count,
-                                  float* out, std::ptrdiff_t out_stride);
+                                  float* out, std::ptrdiff_t out_stride, const RowsAhead& next);
 #endif
 #if AMC_KERNELS_NEON
 const KernelTable& neon_table();

@@ -344,7 +344,7 @@ struct BlockedOps : SimdOps<Arch> {
   template <std::int64_t kDim, KvStorage T>
   static void score_rows_fixed(const float* queries, std::int64_t heads, std::int64_t head_dim,
                                const T* rows, std::ptrdiff_t row_stride, std::int64_t count,
-                               float* out, std::ptrdiff_t out_stride) {
+                               float* out, std::ptrdiff_t out_stride, const RowsAhead& rows_ahead) {
     // Row groups outside, heads inside: a group of W rows is read from memory once and stays
     // in L1 while every head scores it (the mean keys of a long cache are read in one pass).
     // Narrow rows scored for several heads are widened to f32 once per group, not once per
@@ -380,6 +380,14 @@ struct BlockedOps : SimdOps<Arch> {
     const bool stream = count >= kStreamMinRows;
     const std::int64_t row_bytes = head_dim * static_cast<std::int64_t>(sizeof(T));
     if (stream) prefetch_rows(rows, row_stride, kStreamGroupsAhead * W, head_dim);
+    // A short scan asks for its caller's next rows (RowsAhead) a share at each head of each
+    // group: the two-stage rule's next shortlisted block, while this one is scored.
+    AheadLines next_rows;
+    if (!stream) {
+      next_rows.add(rows_ahead.first, rows_ahead.stride_bytes, rows_ahead.rows,
+                    rows_ahead.row_bytes);
+      next_rows.pace((count + W - 1) / W * heads);
+    }
     std::int64_t r0 = 0;
     for (; r0 + W <= count; r0 += W) {
       const auto store = [&](std::int64_t h, Batch scores) {
@@ -396,29 +404,42 @@ struct BlockedOps : SimdOps<Arch> {
       } else {
         if (r0 + 3 * W <= count)
           prefetch_rows(rows + (r0 + 2 * W) * row_stride, row_stride, W, head_dim);
-        score_group_of_rows(r0, W, nullptr, store);
+        score_group_of_rows(r0, W, &next_rows, store);
       }
     }
     if (r0 < count) {
-      score_group_of_rows(r0, count - r0, nullptr, [&](std::int64_t h, Batch scores) {
-        alignas(64) float lanes[W];
-        scores.store_aligned(lanes);
-        std::copy_n(lanes, count - r0, out + h * out_stride + r0);
-      });
+      score_group_of_rows(r0, count - r0, stream ? nullptr : &next_rows,
+                          [&](std::int64_t h, Batch scores) {
+                            alignas(64) float lanes[W];
+                            scores.store_aligned(lanes);
+                            std::copy_n(lanes, count - r0, out + h * out_stride + r0);
+                          });
     }
+    if (!stream) next_rows.finish();
   }
 
   /// out[h * out_stride + r] = <q_h, row_r>; rows of storage type T.
   template <KvStorage T>
   static void score_rows(const float* queries, std::int64_t heads, std::int64_t head_dim,
-                         const void* rows_ptr, std::ptrdiff_t row_stride, std::int64_t count,
+                         const void* rows, std::ptrdiff_t row_stride, std::int64_t count,
                          float* out, std::ptrdiff_t out_stride) {
+    score_rows_asking_ahead<T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride,
+                               RowsAhead{});
+  }
+
+  /// score_rows, asking for `next` while scoring (short scans only: a long one asks for its
+  /// own rows ahead). The same scores whatever `next` is.
+  template <KvStorage T>
+  static void score_rows_asking_ahead(const float* queries, std::int64_t heads,
+                                      std::int64_t head_dim, const void* rows_ptr,
+                                      std::ptrdiff_t row_stride, std::int64_t count, float* out,
+                                      std::ptrdiff_t out_stride, const RowsAhead& next) {
     const T* rows = static_cast<const T*>(rows_ptr);
 #if AMC_SIMD_WIDE_FOLD && AMC_KERNELS_AVX512
     if constexpr (W == 16 && std::same_as<T, bf16>) {
       if (head_dim % 16 == 0) {  // score_rows_bf16_words, in its own unit
         detail::score_rows_bf16_words_avx512(queries, heads, head_dim, rows, row_stride, count, out,
-                                             out_stride);
+                                             out_stride, next);
         return;
       }
     }
@@ -426,11 +447,14 @@ struct BlockedOps : SimdOps<Arch> {
     if (head_dim % W != 0) {
       score_rows_entry<Base, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
     } else if (head_dim == 64 && 64 / W + W + 2 <= kRegisters) {
-      score_rows_fixed<64, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
+      score_rows_fixed<64, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride,
+                              next);
     } else if (head_dim == 128 && 128 / W + W + 2 <= kRegisters) {
-      score_rows_fixed<128, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
+      score_rows_fixed<128, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride,
+                               next);
     } else {
-      score_rows_fixed<0, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride);
+      score_rows_fixed<0, T>(queries, heads, head_dim, rows, row_stride, count, out, out_stride,
+                             next);
     }
   }
 
@@ -806,7 +830,8 @@ struct BlockedOps : SimdOps<Arch> {
   /// falls. Long scans ask for their rows ahead as score_rows_fixed does.
   static void score_rows_bf16_words(const float* queries, std::int64_t heads, std::int64_t head_dim,
                                     const bf16* rows, std::ptrdiff_t row_stride, std::int64_t count,
-                                    float* out, std::ptrdiff_t out_stride) {
+                                    float* out, std::ptrdiff_t out_stride,
+                                    const RowsAhead& rows_ahead) {
     const bool stream = count >= kStreamMinRows;
     const std::int64_t row_bytes = head_dim * static_cast<std::int64_t>(sizeof(bf16));
     const std::int64_t head_groups = (heads + kHeadGroup - 1) / kHeadGroup;
@@ -820,8 +845,17 @@ struct BlockedOps : SimdOps<Arch> {
     // call) was not slower but for the oracle at 16384, by 1-6% (per-head/ there).
     prefetch_rows(rows, row_stride, std::min(count, (stream ? kStreamGroupsAhead : 2) * W),
                   head_dim);
+    // A short scan asks for its caller's next rows (RowsAhead) a share at each 16 channels
+    // scored: the two-stage rule's next shortlisted block, while this one is scored.
+    AheadLines next_rows;
+    if (!stream) {
+      next_rows.add(rows_ahead.first, rows_ahead.stride_bytes, rows_ahead.rows,
+                    rows_ahead.row_bytes);
+      next_rows.pace((count + W - 1) / W * (head_dim / 16) * head_groups);
+    }
     for (std::int64_t r0 = 0; r0 < count; r0 += W) {
-      AheadLines ahead;
+      AheadLines own_rows;
+      AheadLines& ahead = stream ? own_rows : next_rows;
       if (stream) {
         const std::int64_t next = r0 + kStreamGroupsAhead * W;
         ahead.add(rows + next * row_stride, row_stride * static_cast<std::ptrdiff_t>(sizeof(bf16)),
@@ -852,6 +886,7 @@ struct BlockedOps : SimdOps<Arch> {
       }
       if (stream) ahead.finish();
     }
+    if (!stream) next_rows.finish();
   }
 
   static void accumulate_value_words_any(std::int64_t heads, const float* weights,

@@ -390,7 +390,17 @@ TEMPLATE_TEST_CASE("log_sum_exp_rows matches a double reference and is score_row
           const auto n = static_cast<std::size_t>(heads * rows);
           std::vector<float> scratch(n + 1), lse(static_cast<std::size_t>(2 * heads), 7.0f);
           table->log_sum_exp_rows[s](queries.data(), heads, head_dim, keys.data(), stride, rows,
-                                     scratch.data(), lse.data(), 2);
+                                     scratch.data(), lse.data(), 2, kernels::RowsAhead{});
+          // Rows asked for ahead (the caller's next block: here a copy of these, strided) change
+          // no bit.
+          const auto next = keys;
+          std::vector<float> scratch_ahead(n + 1), lse_ahead(static_cast<std::size_t>(heads));
+          table->log_sum_exp_rows[s](
+              queries.data(), heads, head_dim, keys.data(), stride, rows, scratch_ahead.data(),
+              lse_ahead.data(), 1,
+              kernels::RowsAhead{next.data(), stride * static_cast<std::ptrdiff_t>(sizeof(T)), rows,
+                                 head_dim * static_cast<std::int64_t>(sizeof(T))});
+          for (std::int64_t h = 0; h < heads; ++h) REQUIRE(same_bits(lse_ahead[h], lse[2 * h]));
           std::vector<std::int64_t> all(static_cast<std::size_t>(rows));
           for (std::int64_t r = 0; r < rows; ++r) all[r] = r;
           for (std::int64_t h = 0; h < heads; ++h) {

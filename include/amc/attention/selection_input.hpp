@@ -112,9 +112,12 @@ class KeyRows {
   /// one pass over the keys. -inf when begin == end.
   /// \param queries [heads, head_dim]
   /// \param scratch heads * (end - begin) floats
+  /// \param next    the keys the caller scores next, asked for while these are scored
+  ///                (kernels::RowsAhead; a hint that changes no result; {} for none)
   void log_mass(const float* queries, std::int64_t heads, std::int64_t begin, std::int64_t end,
-                float* scratch, float* out, std::ptrdiff_t out_stride) const {
-    log_mass_(view_, queries, heads, begin, end, scratch, out, out_stride);
+                float* scratch, float* out, std::ptrdiff_t out_stride,
+                PositionRange next = {}) const {
+    log_mass_(view_, queries, heads, begin, end, scratch, out, out_stride, next);
   }
 
  private:
@@ -147,10 +150,31 @@ class KeyRows {
     }
   }
 
+  /// The first run of `range`'s keys as kernels::RowsAhead: none for a view that stores its
+  /// rows in another form (its for_each_key_run widens them: a q8_0 view), which would be work
+  /// rather than a hint.
+  template <KvViewLike View>
+  static kernels::RowsAhead keys_ahead(const View& kv, PositionRange range) {
+    using T = typename View::value_type;
+    kernels::RowsAhead ahead;
+    if constexpr (!requires { kv.for_each_key_run(range.begin, range.end, [](auto...) {}); }) {
+      if (range.begin >= range.end) return ahead;
+      kv.for_each_run(
+          range.begin, range.end, [&](const T* keys, const T*, std::int64_t, std::int64_t rows) {
+            if (ahead.rows > 0) return;  // the first run only
+            ahead.first = keys;
+            ahead.stride_bytes = kv.key_stride() * static_cast<std::ptrdiff_t>(sizeof(T));
+            ahead.rows = rows;
+            ahead.row_bytes = kv.head_dim() * static_cast<std::int64_t>(sizeof(T));
+          });
+    }
+    return ahead;
+  }
+
   template <KvViewLike View>
   static void log_mass_view(const void* view, const float* queries, std::int64_t heads,
                             std::int64_t begin, std::int64_t end, float* scratch, float* out,
-                            std::ptrdiff_t out_stride) {
+                            std::ptrdiff_t out_stride, PositionRange next) {
     using T = typename View::value_type;
     const View& kv = *static_cast<const View*>(view);
     const auto& table = kernels::active();
@@ -166,7 +190,7 @@ class KeyRows {
       if (rows == count) {
         one_run = true;
         table.log_sum_exp_rows[type](queries, heads, kv.head_dim(), keys, kv.key_stride(), rows,
-                                     scratch, out, out_stride);
+                                     scratch, out, out_stride, keys_ahead(kv, next));
       } else {  // several runs (pages, chunks of a q8_0 cache): the scores run by run
         table.score_rows[type](queries, heads, kv.head_dim(), keys, kv.key_stride(), rows,
                                scratch + (first - begin), count);
@@ -183,7 +207,7 @@ class KeyRows {
   void (*score_)(const void*, const float*, std::int64_t, std::int64_t, std::int64_t, float*,
                  std::ptrdiff_t);
   void (*log_mass_)(const void*, const float*, std::int64_t, std::int64_t, std::int64_t, float*,
-                    float*, std::ptrdiff_t);
+                    float*, std::ptrdiff_t, PositionRange);
 };
 
 /// A block scoring rule: the one face of every built-in rule (attention/rules/*.hpp), made by

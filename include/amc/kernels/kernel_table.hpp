@@ -35,6 +35,18 @@ constexpr std::int64_t attend_scratch_floats(std::int64_t heads, std::int64_t he
          (bf16_products > q8_0 ? bf16_products : q8_0);
 }
 
+/// Rows a kernel may ask for while it computes: the rows its caller reads next (the two-stage
+/// rule's next shortlisted block), asked towards L2 a few lines at a time over the call's
+/// arithmetic, so that their misses overlap it rather than following it. A hint: it changes
+/// no result, and tables that do not prefetch ignore it. Asked for all at once instead, the
+/// lines exhaust the core's line fill buffers and stall it (AheadLines in src/kernels_simd.hpp).
+struct RowsAhead {
+  const void* first = nullptr;      ///< the first row (nothing to ask for when rows == 0)
+  std::ptrdiff_t stride_bytes = 0;  ///< bytes from one row to the next
+  std::int64_t rows = 0;
+  std::int64_t row_bytes = 0;  ///< bytes of each row to ask for
+};
+
 /// One run of rows for the fused online-softmax attention kernel.
 struct AttendArgs {
   const float* queries = nullptr;  ///< [heads, head_dim], already multiplied by the scale
@@ -128,12 +140,13 @@ struct KernelTable {
                       std::ptrdiff_t out_stride) = nullptr;
   /// score_rows into scratch [heads, count] followed by log_sum_exp, in one call (bit for bit
   /// the two in turn): each head's log-sum-exp of its scores over one run of rows, the block
-  /// log-mass that the oracle and the two-stage rule's second stage rank by.
+  /// log-mass that the oracle and the two-stage rule's second stage rank by. `ahead`: rows to
+  /// ask for while scoring (the caller's next block; RowsAhead{} for none).
   void (*log_sum_exp_rows[kStorageTypes])(const float* queries, std::int64_t heads,
                                           std::int64_t head_dim, const void* rows,
                                           std::ptrdiff_t row_stride, std::int64_t count,
-                                          float* scratch, float* out,
-                                          std::ptrdiff_t out_stride) = {};
+                                          float* scratch, float* out, std::ptrdiff_t out_stride,
+                                          const RowsAhead& ahead) = {};
 };
 
 /// The table used by amc's operators: the best instruction set this CPU supports, unless the

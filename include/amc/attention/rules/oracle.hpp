@@ -45,12 +45,13 @@ class OracleRule final : public BlockRule {
   }
 
   /// log sum_j exp(c <q, k_j>) over the positions j of block b that are not always kept: the
-  /// log of the mass the block adds to the support. `scratch` holds block_size floats.
+  /// log of the mass the block adds to the support. `scratch` holds block_size floats; `next`,
+  /// the rows the caller scores next, are asked for meanwhile (KeyRows::log_mass).
   static float block_log_mass(const BlockScoringInput& in, const KeyRows& keys, std::int64_t b,
-                              std::span<float> scratch) {
+                              std::span<float> scratch, PositionRange next = {}) {
     const auto [begin, end] = scored_rows(in.candidates, in.summaries.block_size(), b);
     float log_mass = 0.0f;
-    keys.log_mass(in.query.data(), 1, begin, end, scratch.data(), &log_mass, 1);
+    keys.log_mass(in.query.data(), 1, begin, end, scratch.data(), &log_mass, 1, next);
     return log_mass;
   }
 

@@ -127,10 +127,21 @@ class TwoStageRule final : public BlockRule {
                 -std::numeric_limits<float>::infinity());
     }
     key_scores.resize(static_cast<std::size_t>(in.heads * block_size));
-    for (const std::int64_t b : shortlist) {
-      const auto [begin, end] = OracleRule::scored_rows(c, block_size, b);
-      keys.log_mass(in.queries, in.heads, begin, end, key_scores.data(), scores.data() + b, blocks);
+    // The shortlisted blocks lie scattered over the cache: each block's keys are asked for
+    // while the block before it is scored (KeyRows::log_mass's `next`).
+    for (std::size_t i = 0; i < shortlist.size(); ++i) {
+      const auto [begin, end] = OracleRule::scored_rows(c, block_size, shortlist[i]);
+      keys.log_mass(in.queries, in.heads, begin, end, key_scores.data(),
+                    scores.data() + shortlist[i], blocks, next_rows(c, block_size, shortlist, i));
     }
+  }
+
+  /// The rows of the block after shortlist[i] ({} after the last).
+  static PositionRange next_rows(const CandidateBlocks& c, std::int64_t block_size,
+                                 std::span<const std::int64_t> shortlist, std::size_t i) {
+    if (i + 1 >= shortlist.size()) return {};
+    const auto [begin, end] = OracleRule::scored_rows(c, block_size, shortlist[i + 1]);
+    return {begin, end};
   }
 
   void rescore_shortlist(const BlockScoringInput& in, const KeyRows& keys,
@@ -143,8 +154,10 @@ class TwoStageRule final : public BlockRule {
     key_scores.resize(static_cast<std::size_t>(in.summaries.block_size()));
     std::fill(scores.begin() + c.first, scores.begin() + c.last,
               -std::numeric_limits<float>::infinity());
-    for (const std::int64_t b : shortlist) {
-      scores[static_cast<std::size_t>(b)] = OracleRule::block_log_mass(in, keys, b, key_scores);
+    const std::int64_t block_size = in.summaries.block_size();
+    for (std::size_t i = 0; i < shortlist.size(); ++i) {
+      scores[static_cast<std::size_t>(shortlist[i])] = OracleRule::block_log_mass(
+          in, keys, shortlist[i], key_scores, next_rows(c, block_size, shortlist, i));
     }
   }
 
