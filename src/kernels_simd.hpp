@@ -284,6 +284,23 @@ struct BlockedOps : SimdOps<Arch> {
     const char* end_ = nullptr;   // past the current row
   };
 
+  /// Adds to `ahead` the chunk after the current one: `rows` rows of keys and values from
+  /// `keys`, `values` in this call; after its last chunk, the caller's next rows (AttendArgs::
+  /// next_keys), so that a sparse support's next range is on its way while this one ends.
+  template <KvStorage T>
+  static void ask_next_chunk(const AttendArgs& a, const T* keys, const T* values, std::int64_t rows,
+                             AheadLines& ahead) {
+    constexpr auto kBytes = static_cast<std::ptrdiff_t>(sizeof(T));
+    const std::int64_t row_bytes = a.head_dim * kBytes;
+    if (rows == 0) {
+      keys = static_cast<const T*>(a.next_keys);
+      values = static_cast<const T*>(a.next_values);
+      rows = std::min(kAttendChunk, a.next_rows);
+    }
+    ahead.add(keys, a.key_stride * kBytes, rows, row_bytes);
+    ahead.add(values, a.value_stride * kBytes, rows, row_bytes);
+  }
+
   /// AheadLines paced over one chunk's value loop: one step per row and slab of 2W channels.
   static void pace_over_values(AheadLines& ahead, std::int64_t rows, std::int64_t head_dim) {
     ahead.pace(rows * ((head_dim + 2 * W - 1) / (2 * W)));
@@ -623,8 +640,6 @@ struct BlockedOps : SimdOps<Arch> {
     float* scores = a.scratch;                              // [heads, kAttendChunk]
     float* converted = a.scratch + a.heads * kAttendChunk;  // [kAttendChunk, head_dim]
     [[maybe_unused]] float* rescale = converted + kAttendChunk * a.head_dim;  // [heads]: wide fold
-    constexpr auto kBytes = static_cast<std::ptrdiff_t>(sizeof(T));
-    const std::int64_t row_bytes = a.head_dim * kBytes;
     // The first chunk's values are needed only after its scores: asked for now, their latency
     // overlaps the scoring. Every later chunk's keys and values are asked for during the chunk
     // before it (AheadLines).
@@ -635,9 +650,8 @@ struct BlockedOps : SimdOps<Arch> {
       const T* chunk_values = values + first * a.value_stride;
       const std::int64_t next_rows = std::min(kAttendChunk, a.rows - first - rows);
       AheadLines ahead;
-      ahead.add(chunk_keys + rows * a.key_stride, a.key_stride * kBytes, next_rows, row_bytes);
-      ahead.add(chunk_values + rows * a.value_stride, a.value_stride * kBytes, next_rows,
-                row_bytes);
+      ask_next_chunk(a, chunk_keys + rows * a.key_stride, chunk_values + rows * a.value_stride,
+                     next_rows, ahead);
       pace_over_values(ahead, rows, a.head_dim);
       // Narrow keys are widened once per chunk rather than once per head; a single head
       // widens them on the fly instead.
@@ -709,8 +723,6 @@ struct BlockedOps : SimdOps<Arch> {
     // [16, head_dim] bf16: a last group of fewer than 16 rows, padded with zero rows.
     auto* padded = reinterpret_cast<bf16*>(a.scratch + a.heads * kAttendChunk);
     float* rescale = a.scratch + a.heads * kAttendChunk + kAttendChunk * a.head_dim;  // [heads]
-    constexpr auto kBytes = static_cast<std::ptrdiff_t>(sizeof(bf16));
-    const std::int64_t row_bytes = a.head_dim * kBytes;
     const std::int64_t head_groups = kHeads > 0 ? 1 : (a.heads + kHeadGroup - 1) / kHeadGroup;
     // Scores of 16 rows for every head, one head group at a time.
     const auto score16 = [&](const bf16* rows, std::ptrdiff_t stride, float* out,
@@ -737,9 +749,8 @@ struct BlockedOps : SimdOps<Arch> {
       // the cold kernel was markedly slower in exploratory builds (output not kept); so were
       // finer shares (a line or two per word) and bigger bursts.
       AheadLines ahead;
-      ahead.add(chunk_keys + rows * a.key_stride, a.key_stride * kBytes, next_rows, row_bytes);
-      ahead.add(chunk_values + rows * a.value_stride, a.value_stride * kBytes, next_rows,
-                row_bytes);
+      ask_next_chunk(a, chunk_keys + rows * a.key_stride, chunk_values + rows * a.value_stride,
+                     next_rows, ahead);
       ahead.pace((rows + 15) / 16 * (a.head_dim / 16) * head_groups);
       for (std::int64_t r0 = 0; r0 < rows; r0 += 16) {
         const bf16* group = chunk_keys + r0 * a.key_stride;

@@ -113,10 +113,12 @@ struct AttendState {
         acc(static_cast<std::size_t>(heads_ * head_dim_), 0.0f),
         scratch(static_cast<std::size_t>(kernels::attend_scratch_floats(heads_, head_dim_))) {}
 
-  /// Folds `rows` rows (keys and values `stride` elements apart) into the state.
+  /// Folds `rows` rows (keys and values `stride` elements apart) into the state, asking for
+  /// `next_rows` rows at next_keys, next_values meanwhile (AttendArgs::next_keys).
   template <KvStorage T>
   void attend(const KernelTable& table, const float* queries, const T* keys, const T* values,
-              std::ptrdiff_t stride, std::int64_t rows) {
+              std::ptrdiff_t stride, std::int64_t rows, const T* next_keys = nullptr,
+              const T* next_values = nullptr, std::int64_t next_rows = 0) {
     kernels::AttendArgs args;
     args.queries = queries;
     args.heads = heads;
@@ -130,6 +132,9 @@ struct AttendState {
     args.running_sum = sum.data();
     args.accumulator = acc.data();
     args.scratch = scratch.data();
+    args.next_keys = next_keys;
+    args.next_values = next_values;
+    args.next_rows = next_rows;
     table.attend[kernels::index_of(storage_type_of<T>)](args);
   }
 };
@@ -339,6 +344,19 @@ TEMPLATE_TEST_CASE("fused attend and score_rows match a double reference", "[ker
             state.attend(*table, queries.data(), keys.data() + first * stride,
                          values.data() + first * stride, stride, count);
           }
+          // The first run asking for the second's rows, as a sparse support's ranges do: the
+          // same bits.
+          AttendState asking(heads, head_dim);
+          asking.attend(*table, queries.data(), keys.data(), values.data(), stride, split,
+                        keys.data() + split * stride, values.data() + split * stride, rows - split);
+          asking.attend(*table, queries.data(), keys.data() + split * stride,
+                        values.data() + split * stride, stride, rows - split);
+          for (std::int64_t h = 0; h < heads; ++h) {
+            REQUIRE(same_bits(asking.max[h], state.max[h]));
+            REQUIRE(same_bits(asking.sum[h], state.sum[h]));
+          }
+          for (std::size_t i = 0; i < state.acc.size(); ++i)
+            REQUIRE(same_bits(asking.acc[i], state.acc[i]));
           const auto& max = state.max;
           const auto& sum = state.sum;
           const auto& acc = state.acc;

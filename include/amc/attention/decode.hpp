@@ -129,6 +129,26 @@ void touch_range_start(const View& kv, const PositionRange& range) {
   detail::keep_loads(seen);
 }
 
+/// Points args' next rows (AttendArgs::next_keys) at the first run of `range`, which the
+/// attention kernel then asks for during its last chunk. False, leaving args as they are, for a
+/// view that stores its rows in another form (a q8_0 view: touch_range_start reads them).
+template <KvViewLike View>
+bool ask_range_start(const View& kv, const PositionRange& range, kernels::AttendArgs& args) {
+  using T = typename View::value_type;
+  if constexpr (requires { kv.touch_rows(range.begin, range.end); }) {
+    return false;
+  } else {
+    kv.for_each_run(range.begin, range.end,
+                    [&](const T* keys, const T* values, std::int64_t, std::int64_t rows) {
+                      if (args.next_rows > 0) return;  // the first run only
+                      args.next_keys = keys;
+                      args.next_values = values;
+                      args.next_rows = rows;
+                    });
+    return true;
+  }
+}
+
 /// Folds the ranges of `support` into heads [first_head, first_head + count) of ws.state, in
 /// `arithmetic` where available (bf16_products_available), else exact f32.
 template <KvViewLike View>
@@ -147,9 +167,15 @@ void attend_support(const View& kv, std::span<const PositionRange> ranges, std::
   args.value_stride = kv.value_stride();
   args.scratch = ws.kernel_scratch.data();
   for (std::size_t i = 0; i < ranges.size(); ++i) {
-    // A sparse support is a list of short ranges; the kernel prefetches ahead only within a
-    // range, so bring in the start of the next range before working through this one.
-    if (i + 1 < ranges.size()) touch_range_start(kv, ranges[i + 1]);
+    // A sparse support is a list of short ranges, and the kernel asks for its next chunk only
+    // within a range: the next range's first rows are asked for during this range's last
+    // chunk (AttendArgs::next_keys), or, for the kernels that do not, read before it.
+    args.next_rows = 0;
+    if (i + 1 < ranges.size()) {
+      const bool asks_ahead = attend == table.attend[kernels::index_of(storage_type_of<T>)];
+      if (!asks_ahead || !ask_range_start(kv, ranges[i + 1], args))
+        touch_range_start(kv, ranges[i + 1]);
+    }
     if constexpr (requires { kv.bind_q8_0_rows(args, 0); }) {
       // Rows stored in 8 bits go to their own kernel, which widens them as it reads.
       kv.bind_q8_0_rows(args, ranges[i].begin);
@@ -575,10 +601,10 @@ class BlockSparseDecode {
         .subspan(static_cast<std::size_t>(head * blocks), static_cast<std::size_t>(blocks));
   }
 
-  CandidateBlocks candidates_;          // of the selection in progress or the last one
-  std::int64_t selection_heads_ = 0;    // its query heads
-  std::vector<float> block_scores_;     // [heads, blocks]
-  std::vector<float> combined_;         // [blocks]
+  CandidateBlocks candidates_;        // of the selection in progress or the last one
+  std::int64_t selection_heads_ = 0;  // its query heads
+  std::vector<float> block_scores_;   // [heads, blocks]
+  std::vector<float> combined_;       // [blocks]
   CombineScratch combine_scratch_;
   std::vector<std::vector<std::int64_t>> selected_;
   std::vector<Support> supports_;

@@ -61,6 +61,12 @@ struct AttendArgs {
   float* running_sum = nullptr;  ///< [heads], sum of exp(s - running_max)
   float* accumulator = nullptr;  ///< [heads, head_dim], unnormalised output
   float* scratch = nullptr;      ///< attend_scratch_floats(heads, head_dim) floats
+  // The first rows the caller attends next (the next range of a sparse support), with the
+  // strides above: attend and attend_bf16_words ask for them during their last chunk, as for
+  // a chunk of their own (RowsAhead); a hint that changes no result. None by default.
+  const void* next_keys = nullptr;
+  const void* next_values = nullptr;
+  std::int64_t next_rows = 0;
   // attend_q8_0 only: the rows' q8_0 scales, [rows, scale_stride] f16, one per 32 channels.
   const f16* key_scales = nullptr;
   std::ptrdiff_t key_scale_stride = 0;
