@@ -356,6 +356,9 @@ struct BlockedOps : SimdOps<Arch> {
   /// are 32768 positions at blocks of 32) stream from memory; score_rows_fixed asks for their
   /// rows kStreamGroupsAhead groups ahead, towards L2, a few lines per head scored.
   static constexpr std::int64_t kStreamMinRows = 1024;
+  /// score_rows_bf16_words streams from fewer rows: the channel bound's 512 bf16 rows at
+  /// 16384 positions.
+  static constexpr std::int64_t kWordsStreamMinRows = 256;
   static constexpr std::int64_t kStreamGroupsAhead = 4;
 
   template <std::int64_t kDim, KvStorage T>
@@ -843,7 +846,7 @@ struct BlockedOps : SimdOps<Arch> {
                                     const bf16* rows, std::ptrdiff_t row_stride, std::int64_t count,
                                     float* out, std::ptrdiff_t out_stride,
                                     const RowsAhead& rows_ahead) {
-    const bool stream = count >= kStreamMinRows;
+    const bool stream = count >= kWordsStreamMinRows;
     const std::int64_t row_bytes = head_dim * static_cast<std::int64_t>(sizeof(bf16));
     const std::int64_t head_groups = (heads + kHeadGroup - 1) / kHeadGroup;
     // A short scan (a block of 32 keys, scored cold by the oracle and the second stage) asks

@@ -455,12 +455,13 @@ TEMPLATE_TEST_CASE("log_sum_exp_rows matches a double reference and is score_row
 TEMPLATE_TEST_CASE("score_rows over long scans (streamed ahead) matches a double reference",
                    "[kernels]", float, amc::bf16, amc::f16) {
   // 1024 rows and more take the streaming path of the blocked kernels (the selector's scan of
-  // the mean keys of a long cache); contiguous and strided rows, whole and partial last groups.
+  // the mean keys of a long cache), and 256 and more that of AVX-512's bf16 word kernel (the
+  // channel bound's rows); contiguous and strided rows, whole and partial last groups.
   using T = TestType;
   const auto s = kernels::index_of(storage_type_of<T>);
   for (const KernelTable* table : kernels::available()) {
     for (std::int64_t head_dim : {16, 64, 128}) {
-      for (std::int64_t count : {1024, 1300, 2049}) {
+      for (std::int64_t count : {255, 256, 300, 1024, 1300, 2049}) {
         for (std::int64_t extra : {0, 16}) {
           const std::int64_t heads = 7, stride = head_dim + extra;
           CAPTURE(table->name, test::storage_name<T>(), head_dim, count, stride);
