@@ -103,11 +103,12 @@ struct DecodeWorkspace {
 };
 
 /// Reads one byte of every cache line of the first rows (one kernel chunk) of `range`, keys and
-/// values, so they are on their way from memory while the current range is attended. Plain
-/// loads rather than prefetch hints: on the project's machine prefetching the next range
-/// changed nothing measurable, while these loads made cold attention over a support 15-24%
-/// faster (docs/performance.md); independent loads keep many line misses in flight, and the
-/// work that follows does not wait for them.
+/// values, so they are on their way from memory while the current range is attended: for the
+/// kernels that do not ask for AttendArgs::next_keys themselves (attend_q8_0,
+/// attend_bf16_products). On an earlier machine these loads made cold attention over a support
+/// 15-24% faster than none, where prefetching the whole range at once changed nothing
+/// measurable (docs/performance.md); the kernels that pace their asks over the range before
+/// (ask_range_start) were faster still (docs/selectors.md, 2026-12-06).
 /// A view that stores its rows in another form (Q8KvView, amc/q8_kv.hpp) reads them itself
 /// (touch_rows), since its key()/value() would widen every row to read one byte.
 template <KvViewLike View>
