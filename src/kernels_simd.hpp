@@ -694,31 +694,40 @@ struct BlockedOps : SimdOps<Arch> {
   /// many heads share the call: per-head selection attends one head at a time, dense decode
   /// the whole group, and a support covering every position must give dense's result.
   static void attend_bf16_words(const AttendArgs& a) {
+    // Only a sparse support's ranges ask for the next one (AttendArgs::next_keys): an
+    // instantiation of their own leaves dense decode's code as it was, whose cold time moved
+    // by 4-10% with the ask in the same loop (docs/performance/dense-2026-12-06/).
+    if (a.next_rows > 0) return attend_bf16_words_any_heads<true>(a);
+    return attend_bf16_words_any_heads<false>(a);
+  }
+
+  template <bool kAsksNext>
+  static void attend_bf16_words_any_heads(const AttendArgs& a) {
     switch (a.heads) {
       case 1:
-        return attend_bf16_words<1>(a);
+        return attend_bf16_words<1, kAsksNext>(a);
       case 2:
-        return attend_bf16_words<2>(a);
+        return attend_bf16_words<2, kAsksNext>(a);
       case 3:
-        return attend_bf16_words<3>(a);
+        return attend_bf16_words<3, kAsksNext>(a);
       case 4:
-        return attend_bf16_words<4>(a);
+        return attend_bf16_words<4, kAsksNext>(a);
       case 5:
-        return attend_bf16_words<5>(a);
+        return attend_bf16_words<5, kAsksNext>(a);
       case 6:
-        return attend_bf16_words<6>(a);
+        return attend_bf16_words<6, kAsksNext>(a);
       case 7:
-        return attend_bf16_words<7>(a);
+        return attend_bf16_words<7, kAsksNext>(a);
       case 8:
-        return attend_bf16_words<8>(a);
+        return attend_bf16_words<8, kAsksNext>(a);
       default:
-        return attend_bf16_words<0>(a);
+        return attend_bf16_words<0, kAsksNext>(a);
     }
   }
 
   /// attend_bf16_words for kHeads heads (1 to kHeadGroup: the scores' and values' registers
   /// per head fixed at compile time), or (kHeads == 0) any number, kHeadGroup at a time.
-  template <int kHeads>
+  template <int kHeads, bool kAsksNext>
   static void attend_bf16_words(const AttendArgs& a) {
     const bf16* keys = static_cast<const bf16*>(a.keys);
     const bf16* values = static_cast<const bf16*>(a.values);
@@ -752,8 +761,16 @@ struct BlockedOps : SimdOps<Arch> {
       // the cold kernel was markedly slower in exploratory builds (output not kept); so were
       // finer shares (a line or two per word) and bigger bursts.
       AheadLines ahead;
-      ask_next_chunk(a, chunk_keys + rows * a.key_stride, chunk_values + rows * a.value_stride,
-                     next_rows, ahead);
+      if constexpr (kAsksNext) {
+        ask_next_chunk(a, chunk_keys + rows * a.key_stride, chunk_values + rows * a.value_stride,
+                       next_rows, ahead);
+      } else {
+        constexpr auto kBytes = static_cast<std::ptrdiff_t>(sizeof(bf16));
+        const std::int64_t row_bytes = a.head_dim * kBytes;
+        ahead.add(chunk_keys + rows * a.key_stride, a.key_stride * kBytes, next_rows, row_bytes);
+        ahead.add(chunk_values + rows * a.value_stride, a.value_stride * kBytes, next_rows,
+                  row_bytes);
+      }
       ahead.pace((rows + 15) / 16 * (a.head_dim / 16) * head_groups);
       for (std::int64_t r0 = 0; r0 < rows; r0 += 16) {
         const bf16* group = chunk_keys + r0 * a.key_stride;
