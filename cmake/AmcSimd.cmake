@@ -60,12 +60,15 @@ function(amc_add_simd_kernels target)
         set_source_files_properties(${dequant_source} PROPERTIES
           COMPILE_OPTIONS "${flag_list};${AMC_DEQUANT_FLAGS}")
       endif()
-      # Kernels of the same set kept in a unit of their own (src/kernels_avx512_words.cpp).
-      set(words_source src/kernels_${name}_words.cpp)
-      if(EXISTS ${PROJECT_SOURCE_DIR}/${words_source})
-        target_sources(${target} PRIVATE ${words_source})
-        set_source_files_properties(${words_source} PROPERTIES COMPILE_OPTIONS "${flag_list}")
-      endif()
+      # Kernels of the same set kept in units of their own (src/kernels_avx512_words.cpp,
+      # src/kernels_avx512_word_scans.cpp).
+      foreach(part words word_scans)
+        set(part_source src/kernels_${name}_${part}.cpp)
+        if(EXISTS ${PROJECT_SOURCE_DIR}/${part_source})
+          target_sources(${target} PRIVATE ${part_source})
+          set_source_files_properties(${part_source} PROPERTIES COMPILE_OPTIONS "${flag_list}")
+        endif()
+      endforeach()
       string(TOUPPER ${name} upper)
       target_compile_definitions(${target} PRIVATE AMC_KERNELS_${upper}=1)
       message(STATUS "amc: kernel variant ${name} (${flags})")

@@ -1,5 +1,4 @@
-// attend<bf16> and score_rows<bf16> by 32-bit words (BlockedOps::attend_bf16_words,
-// score_rows_bf16_words) for the avx512 table, in a
+// attend<bf16> by 32-bit words (BlockedOps::attend_bf16_words) for the avx512 table, in a
 // translation unit of its own with the avx512 flags (cmake/AmcSimd.cmake): see
 // detail::attend_bf16_words_avx512 in kernels_registry.hpp for why it is apart.
 #include "kernels_registry.hpp"
@@ -9,13 +8,6 @@ namespace amc::kernels::detail {
 
 void attend_bf16_words_avx512(const AttendArgs& args) {
   BlockedOps<xsimd::avx512bw>::attend_bf16_words(args);
-}
-
-void score_rows_bf16_words_avx512(const float* queries, std::int64_t heads, std::int64_t head_dim,
-                                  const bf16* rows, std::ptrdiff_t row_stride, std::int64_t count,
-                                  float* out, std::ptrdiff_t out_stride, const RowsAhead& next) {
-  BlockedOps<xsimd::avx512bw>::score_rows_bf16_words(queries, heads, head_dim, rows, row_stride,
-                                                     count, out, out_stride, next);
 }
 
 }  // namespace amc::kernels::detail
