@@ -21,9 +21,11 @@ const KernelTable& avx512_table();
 /// (docs/performance/bf16-words-2026-12-06/one-unit/).
 void attend_bf16_words_avx512(const AttendArgs& args);
 /// BlockedOps<avx512bw>::score_rows_bf16_words (score_rows<bf16> for head_dim a multiple of
-/// 16), in a unit of its own too (src/kernels_avx512_word_scans.cpp): in attend_bf16_words'
-/// unit, a change to attention alone changed GCC's inlining in these scans, and twostage/bound's
-/// cold step at 131072 by about 6% (docs/selectors.md, 2026-12-06).
+/// 16), in a unit of its own too (src/kernels_avx512_word_scans.cpp), so that a change to the
+/// attention kernel cannot change how these scans compile: in one unit, giving attention's
+/// sparse ranges an instantiation of their own (505641e) changed GCC's clones of score16_words
+/// in the scans. (Moving them apart did not bring back twostage/bound's 6% at 131072 lost
+/// with that change: docs/selectors.md, 2026-12-06.)
 void score_rows_bf16_words_avx512(const float* queries, std::int64_t heads, std::int64_t head_dim,
                                   const bf16* rows, std::ptrdiff_t row_stride, std::int64_t count,
                                   float* out, std::ptrdiff_t out_stride, const RowsAhead& next);
