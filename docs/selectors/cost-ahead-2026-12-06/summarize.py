@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
-"""run.sh's JSON (base, ahead, attend, words; three rounds; 16384 and 131072) to summary.md.
+"""run.sh's JSON (base, ahead, attend, words; three rounds; 16384 and 131072) to summary.md, or
+(argument `final`) final/run.sh's (words, final) to final/summary.md.
 Medians of each process's 3 repetitions; averages are the means of the rounds' medians; the
 ranges are over the rounds."""
 import json
 import os
 import re
+import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
 SIDES, ROUNDS, SIZES = ("base", "ahead", "attend", "words"), (1, 2, 3), (16384, 131072)
+title = "cost-ahead-2026-12-06: base (a669c14), ahead (655776f), attend (6d30a7f), words (5841b42)"
+if len(sys.argv) > 1 and sys.argv[1] == "final":  # final/run.sh: words against the final code
+    here, SIDES = os.path.join(here, "final"), ("words", "final")
+    title = "cost-ahead-2026-12-06/final: words (5841b42), final (a8ff102)"
 RULES = {0: "mean", 1: "bound", 2: "twostage/mean", 3: "twostage/bound", 4: "submean", 5: "oracle"}
 
 
@@ -42,8 +48,7 @@ def span(values, digits=2):
 
 
 pairs = list(zip(SIDES, SIDES[1:]))
-out = ["# cost-ahead-2026-12-06: base (a669c14), ahead (655776f), attend (6d30a7f), "
-       "words (5841b42)", "",
+out = [f"# {title}", "",
        "## Rules: whole step, cold (us; averages of the rounds' medians)", "",
        "| rule | n | " + " | ".join(SIDES) + " | " +
        " | ".join(f"{b} / {a}" for a, b in pairs) + " | " +
