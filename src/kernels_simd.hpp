@@ -884,17 +884,8 @@ struct BlockedOps : SimdOps<Arch> {
                     rows_ahead.row_bytes);
       next_rows.pace((count + W - 1) / W * (head_dim / 16) * head_groups);
     }
-    for (std::int64_t r0 = 0; r0 < count; r0 += W) {
-      AheadLines own_rows;
-      AheadLines& ahead = stream ? own_rows : next_rows;
-      if (stream) {
-        const std::int64_t next = r0 + kStreamGroupsAhead * W;
-        ahead.add(rows + next * row_stride, row_stride * static_cast<std::ptrdiff_t>(sizeof(bf16)),
-                  std::clamp<std::int64_t>(count - next, 0, W), row_bytes);
-        ahead.pace(head_dim / 16 * head_groups);
-      } else if (r0 + 3 * W <= count) {
-        prefetch_rows(rows + (r0 + 2 * W) * row_stride, row_stride, W, head_dim);
-      }
+    // One group of W rows scored for every head, asking for `ahead`'s lines as it goes.
+    const auto score_group = [&](std::int64_t r0, AheadLines& ahead) {
       const std::int64_t live = std::min<std::int64_t>(W, count - r0);
       if (live == W) {
         for (std::int64_t h0 = 0; h0 < heads; h0 += kHeadGroup) {
@@ -902,20 +893,35 @@ struct BlockedOps : SimdOps<Arch> {
                             rows + r0 * row_stride, row_stride, out + h0 * out_stride + r0,
                             out_stride, ahead);
         }
-      } else {
-        thread_local std::vector<bf16> padded;
-        padded.resize(static_cast<std::size_t>(W * head_dim));
-        pad_rows16(rows + r0 * row_stride, row_stride, live, head_dim, padded.data());
-        alignas(64) float lanes[kHeadGroup * W];
-        for (std::int64_t h0 = 0; h0 < heads; h0 += kHeadGroup) {
-          const std::int64_t group = std::min(kHeadGroup, heads - h0);
-          score16_words_any(group, queries + h0 * head_dim, head_dim, padded.data(), head_dim,
-                            lanes, W, ahead);
-          for (std::int64_t h = 0; h < group; ++h)
-            std::copy_n(lanes + h * W, live, out + (h0 + h) * out_stride + r0);
-        }
+        return;
       }
-      if (stream) ahead.finish();
+      thread_local std::vector<bf16> padded;
+      padded.resize(static_cast<std::size_t>(W * head_dim));
+      pad_rows16(rows + r0 * row_stride, row_stride, live, head_dim, padded.data());
+      alignas(64) float lanes[kHeadGroup * W];
+      for (std::int64_t h0 = 0; h0 < heads; h0 += kHeadGroup) {
+        const std::int64_t group = std::min(kHeadGroup, heads - h0);
+        score16_words_any(group, queries + h0 * head_dim, head_dim, padded.data(), head_dim, lanes,
+                          W, ahead);
+        for (std::int64_t h = 0; h < group; ++h)
+          std::copy_n(lanes + h * W, live, out + (h0 + h) * out_stride + r0);
+      }
+    };
+    for (std::int64_t r0 = 0; r0 < count; r0 += W) {
+      if (stream) {  // the group kStreamGroupsAhead ahead, asked for while this one is scored
+        AheadLines own_rows;
+        const std::int64_t next = r0 + kStreamGroupsAhead * W;
+        own_rows.add(rows + next * row_stride,
+                     row_stride * static_cast<std::ptrdiff_t>(sizeof(bf16)),
+                     std::clamp<std::int64_t>(count - next, 0, W), row_bytes);
+        own_rows.pace(head_dim / 16 * head_groups);
+        score_group(r0, own_rows);
+        own_rows.finish();
+      } else {
+        if (r0 + 3 * W <= count)
+          prefetch_rows(rows + (r0 + 2 * W) * row_stride, row_stride, W, head_dim);
+        score_group(r0, next_rows);
+      }
     }
     if (!stream) next_rows.finish();
   }
