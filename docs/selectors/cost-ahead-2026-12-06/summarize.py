@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """run.sh's JSON (base, ahead, attend, words; three rounds; 16384 and 131072) to summary.md, or
-(argument `final`) final/run.sh's (words, final) to final/summary.md.
+(argument `final` or `restructured`) that directory's run.sh's (words, final) to its summary.md.
 Medians of each process's 3 repetitions; averages are the means of the rounds' medians; the
 ranges are over the rounds."""
 import json
@@ -14,6 +14,9 @@ title = "cost-ahead-2026-12-06: base (a669c14), ahead (655776f), attend (6d30a7f
 if len(sys.argv) > 1 and sys.argv[1] == "final":  # final/run.sh: words against the final code
     here, SIDES = os.path.join(here, "final"), ("words", "final")
     title = "cost-ahead-2026-12-06/final: words (5841b42), final (a8ff102)"
+elif len(sys.argv) > 1 and sys.argv[1] == "restructured":  # restructured/run.sh
+    here, SIDES = os.path.join(here, "restructured"), ("words", "final")
+    title = "cost-ahead-2026-12-06/restructured: words (5841b42), final (580cc5f)"
 RULES = {0: "mean", 1: "bound", 2: "twostage/mean", 3: "twostage/bound", 4: "submean", 5: "oracle"}
 
 
