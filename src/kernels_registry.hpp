@@ -24,8 +24,8 @@ void attend_bf16_words_avx512(const AttendArgs& args);
 /// 16), in a unit of its own too (src/kernels_avx512_word_scans.cpp), so that a change to the
 /// attention kernel cannot change how these scans compile: in one unit, giving attention's
 /// sparse ranges an instantiation of their own (505641e) changed GCC's clones of score16_words
-/// in the scans. (Moving them apart did not bring back twostage/bound's 6% at 131072 lost
-/// with that change: docs/selectors.md, 2026-12-06.)
+/// in the scans. (The bound's scan lost 12% at 131072 in that layout for another reason, its
+/// read-ahead state behind a reference chosen at run time; fixed in 580cc5f, docs/selectors.md.)
 void score_rows_bf16_words_avx512(const float* queries, std::int64_t heads, std::int64_t head_dim,
                                   const bf16* rows, std::ptrdiff_t row_stride, std::int64_t count,
                                   float* out, std::ptrdiff_t out_stride, const RowsAhead& next);
