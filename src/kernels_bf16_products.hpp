@@ -251,6 +251,7 @@ struct Bf16Products {
   /// The table entry. head_dim must be a multiple of 32 (the operators check before calling).
   AMC_BF16_PRODUCTS_TARGET static void attend(const AttendArgs& a) {
     static_assert(kAttendChunk == 32, "weight pairs and the wide fold assume 32-row chunks");
+    read_next_rows(a, sizeof(bf16));
     const bf16* keys = static_cast<const bf16*>(a.keys);
     const bf16* values = static_cast<const bf16*>(a.values);
     // Scratch (attend_scratch_floats): the exact kernel's [heads, kAttendChunk] scores, its

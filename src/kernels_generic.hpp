@@ -87,8 +87,6 @@ void log_sum_exp_rows_entry(const float* queries, std::int64_t heads, std::int64
   if constexpr (requires { &Ops::template score_rows_asking_ahead<T>; }) {
     Ops::template score_rows_asking_ahead<T>(queries, heads, head_dim, rows, row_stride, count,
                                              scratch, count, ahead);
-  } else if constexpr (requires { &Ops::template score_rows<T>; }) {
-    Ops::template score_rows<T>(queries, heads, head_dim, rows, row_stride, count, scratch, count);
   } else {
     score_rows_entry<Ops, T>(queries, heads, head_dim, rows, row_stride, count, scratch, count);
   }
@@ -138,11 +136,36 @@ void fold_chunk_scores(const AttendArgs& a, float* scores, std::int64_t rows) {
   }
 }
 
+/// Reads one byte of every cache line of a's next rows (AttendArgs::next_keys: the first
+/// kAttendChunk of them, keys and values) before the call's own work: the read-ahead of the
+/// kernels that do not pace asks over their arithmetic (this one, attend_bf16_products), so
+/// that a sparse support's next range is on its way while this one is attended. Independent
+/// loads keep many misses in flight, and the work that follows does not wait for them.
+inline void read_next_rows(const AttendArgs& a, std::size_t element_bytes) {
+  const std::int64_t rows = std::min(kAttendChunk, a.next_rows);
+  const auto row_bytes = static_cast<std::int64_t>(a.head_dim * element_bytes);
+  const auto key_stride = static_cast<std::int64_t>(a.key_stride * element_bytes);
+  const auto value_stride = static_cast<std::int64_t>(a.value_stride * element_bytes);
+  const auto* keys = static_cast<const unsigned char*>(a.next_keys);
+  const auto* values = static_cast<const unsigned char*>(a.next_values);
+  unsigned seen = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t i = 0; i < row_bytes; i += 64)
+      seen |= keys[r * key_stride + i] | values[r * value_stride + i];
+  }
+#if defined(__GNUC__)
+  asm volatile("" : : "r"(seen));  // the loads are kept, their result unused
+#else
+  static_cast<void>(*static_cast<const volatile unsigned*>(&seen));
+#endif
+}
+
 /// Online softmax over chunks of kAttendChunk rows: score the chunk for every head, fold the
 /// chunk into each head's (max, sum, accumulator) with one rescale per chunk, then stream the
 /// value rows once, adding each to every head's accumulator.
 template <class Ops, KvStorage T>
 void attend_entry(const AttendArgs& a) {
+  read_next_rows(a, sizeof(T));
   const T* keys = static_cast<const T*>(a.keys);
   const T* values = static_cast<const T*>(a.values);
   float* scores = a.scratch;                              // [heads, kAttendChunk]

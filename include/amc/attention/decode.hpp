@@ -103,12 +103,12 @@ struct DecodeWorkspace {
 };
 
 /// Reads one byte of every cache line of the first rows (one kernel chunk) of `range`, keys and
-/// values, so they are on their way from memory while the current range is attended: for the
-/// kernels that do not ask for AttendArgs::next_keys themselves (attend_q8_0,
-/// attend_bf16_products). On an earlier machine these loads made cold attention over a support
-/// 15-24% faster than none, where prefetching the whole range at once changed nothing
-/// measurable (docs/performance.md); the kernels that pace their asks over the range before
-/// (ask_range_start) were faster still (docs/selectors.md, 2026-12-06).
+/// values, so they are on their way from memory while the current range is attended: for a q8_0
+/// view, whose rows the kernel is not given (ask_range_start). On an earlier machine these
+/// loads made cold attention over a support 15-24% faster than none, where prefetching the
+/// whole range at once changed nothing measurable (docs/performance.md); the kernels that pace
+/// their asks over the range before were faster still (docs/selectors.md, 2026-12-06). The
+/// kernels that do not pace them do these loads themselves (read_next_rows in src/).
 /// A view that stores its rows in another form (Q8KvView, amc/q8_kv.hpp) reads them itself
 /// (touch_rows), since its key()/value() would widen every row to read one byte.
 template <KvViewLike View>
@@ -169,14 +169,11 @@ void attend_support(const View& kv, std::span<const PositionRange> ranges, std::
   args.scratch = ws.kernel_scratch.data();
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     // A sparse support is a list of short ranges, and the kernel asks for its next chunk only
-    // within a range: the next range's first rows are asked for during this range's last
-    // chunk (AttendArgs::next_keys), or, for the kernels that do not, read before it.
+    // within a range: the kernel is given the next range's first rows (AttendArgs::next_keys),
+    // or, for a view whose rows it cannot read directly, they are read here before it.
     args.next_rows = 0;
-    if (i + 1 < ranges.size()) {
-      const bool asks_ahead = attend == table.attend[kernels::index_of(storage_type_of<T>)];
-      if (!asks_ahead || !ask_range_start(kv, ranges[i + 1], args))
-        touch_range_start(kv, ranges[i + 1]);
-    }
+    if (i + 1 < ranges.size() && !ask_range_start(kv, ranges[i + 1], args))
+      touch_range_start(kv, ranges[i + 1]);
     if constexpr (requires { kv.bind_q8_0_rows(args, 0); }) {
       // Rows stored in 8 bits go to their own kernel, which widens them as it reads.
       kv.bind_q8_0_rows(args, ranges[i].begin);

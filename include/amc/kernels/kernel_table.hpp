@@ -62,8 +62,9 @@ struct AttendArgs {
   float* accumulator = nullptr;  ///< [heads, head_dim], unnormalised output
   float* scratch = nullptr;      ///< attend_scratch_floats(heads, head_dim) floats
   // The first rows the caller attends next (the next range of a sparse support), with the
-  // strides above: attend and attend_bf16_words ask for them during their last chunk, as for
-  // a chunk of their own (RowsAhead); a hint that changes no result. None by default.
+  // strides above: the SIMD kernels ask for them during their last chunk, as for a chunk of
+  // their own (RowsAhead); the scalar one and attend_bf16_products read a byte of each line
+  // before their work. A hint that changes no result; attend_q8_0 ignores it. None by default.
   const void* next_keys = nullptr;
   const void* next_values = nullptr;
   std::int64_t next_rows = 0;
