@@ -136,6 +136,7 @@ void flush_rows(const Rows& rows) {
 /// flush_lines over everything `summaries` holds that a rule may read.
 void flush_summaries(const BlockSummaries& summaries) {
   flush_rows(summaries.mean_keys());
+  flush_rows(summaries.mean_keys_bf16());
   const SummaryOptions& options = summaries.options();
   if (options.channel_bounds) {
     flush_rows(summaries.channel_min());
@@ -483,7 +484,7 @@ void BM_SparseDecode(benchmark::State& state) {
     sparse.decode(queries, KvHead<KvView<T>>{kv.view(c), &kv.summaries[c]}, out, results);
     benchmark::DoNotOptimize(out.data());
     positions += results[0].positions_read;
-    summary_bytes += kv.summaries[c].blocks() * kHeadDim * 4;  // the mean keys it scores
+    summary_bytes += kv.summaries[c].blocks() * kHeadDim * 2;  // the bf16 mean keys it scores
   });
   state.SetBytesProcessed(positions * row_bytes<T>() + summary_bytes);
   state.counters["positions_read"] =
@@ -609,9 +610,9 @@ void BM_AttendSupport(benchmark::State& state) {
 }
 
 /// The memory floor of sparse decode: a plain SIMD read of exactly the bytes BM_SparseDecode
-/// touches, in its order (every mean key, then each support range's keys and values), with the
-/// support that selection picks on each copy. No arithmetic: this is what the memory system
-/// needs for the scattered pattern, which short ranges make slower than a stream (each range
+/// touches, in its order (every mean key in bf16, then each support range's keys and values),
+/// with the support that selection picks on each copy. No arithmetic: this is what the memory
+/// system needs for the scattered pattern, which short ranges make slower than a stream (each range
 /// starts with a miss the hardware prefetcher has not seen coming).
 template <KvStorage T>
 void BM_SupportRead(benchmark::State& state) {
@@ -622,8 +623,9 @@ void BM_SupportRead(benchmark::State& state) {
   std::int64_t bytes = 0;
   cold_iterations(state, kv, [&](std::int64_t c) {
     const auto view = kv.view(c);
-    const auto means = kv.summaries[c].mean_keys();
-    float sum = table.stream_sum(means.data(), means.size());
+    const std::span<const bf16> means = kv.summaries[c].mean_keys_bf16();
+    float sum = table.stream_sum(reinterpret_cast<const float*>(means.data()),
+                                 static_cast<std::int64_t>(means.size() / 2));
     for (const PositionRange& r : kv.supports[static_cast<std::size_t>(c)].ranges()) {
       sum += table.stream_sum(reinterpret_cast<const float*>(view.key(r.begin)),
                               r.size() * kRowFloats);
@@ -631,7 +633,7 @@ void BM_SupportRead(benchmark::State& state) {
                               r.size() * kRowFloats);
       bytes += r.size() * row_bytes<T>();
     }
-    bytes += means.size() * 4;
+    bytes += static_cast<std::int64_t>(means.size() * sizeof(bf16));
     benchmark::DoNotOptimize(sum);
   });
   state.SetBytesProcessed(bytes);

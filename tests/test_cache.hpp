@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <vector>
@@ -84,6 +86,42 @@ inline std::vector<double> true_scores(const TestCache<float>& cache, const std:
     s[static_cast<std::size_t>(p)] = scale * dot;
   }
   return s;
+}
+
+/// The bf16 nearest x (finite), ties to the even one, found by comparing the distances in double
+/// to the two bf16 values around x: its bits cut to the upper 16 (towards zero) and the next
+/// one away from zero.
+inline double nearest_bf16(float x) {
+  const std::uint32_t cut = std::bit_cast<std::uint32_t>(x) & 0xFFFF0000u;
+  const double toward_zero = std::bit_cast<float>(cut);
+  const double away = std::bit_cast<float>(cut + 0x10000u);
+  const double below = std::abs(static_cast<double>(x) - toward_zero);
+  const double above = std::abs(away - static_cast<double>(x));
+  if (below != above) return below < above ? toward_zero : away;
+  return (cut & 0x10000u) == 0 ? toward_zero : away;  // a tie: the even last bit
+}
+
+/// What the mean-pooled rule scores, per block of `block_size` positions, in double from the
+/// stored keys: c <q, the block's mean key rounded to f32 and then to the nearest bf16>.
+inline std::vector<double> mean_pooled_scores(const TestCache<float>& cache,
+                                              const std::vector<float>& q, double scale,
+                                              std::int64_t block_size) {
+  const std::int64_t blocks = (cache.positions + block_size - 1) / block_size;
+  std::vector<double> out(static_cast<std::size_t>(blocks));
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t lo = b * block_size, hi = std::min(cache.positions, lo + block_size);
+    double score = 0.0;
+    for (std::int64_t i = 0; i < cache.head_dim; ++i) {
+      double sum = 0.0;
+      for (std::int64_t p = lo; p < hi; ++p)
+        sum += cache.keys_f[static_cast<std::size_t>(p * cache.stride + i)];
+      const double mean = sum / static_cast<double>(hi - lo);
+      score += static_cast<double>(q[static_cast<std::size_t>(i)]) *
+               nearest_bf16(static_cast<float>(mean));
+    }
+    out[static_cast<std::size_t>(b)] = scale * score;
+  }
+  return out;
 }
 
 }  // namespace amc::test

@@ -91,10 +91,10 @@ TEMPLATE_TEST_CASE("sub-block means: incremental appends equal a rebuild and a r
     const auto plain = BlockSummaries::build(cache.view(), block_size);
     REQUIRE(plain.mean_keys() == rebuilt.mean_keys());
   }
-  // Memory: sub_blocks times the means, plus one more running sum.
+  // Memory: sub_blocks times the f32 means, plus one more running sum (and the means' bf16 copy).
   const test::TestCache<T> cache(4096, 64);
   const auto summaries = BlockSummaries::build(cache.view(), 32, {.sub_blocks = 4});
-  REQUIRE(summaries.memory_bytes() == 5 * 128 * 64 * 4 + 2 * 64 * 8);
+  REQUIRE(summaries.memory_bytes() == 5 * 128 * 64 * 4 + 128 * 64 * 2 + 2 * 64 * 8);
 }
 
 TEST_CASE("sub-block means: bad options are refused, and accessors name what they need",
@@ -161,11 +161,11 @@ TEST_CASE("twostage keeps the k of largest true mass within the mean-pooled shor
     const auto q = test::random_floats(16);
     const auto s = true_scores(cache, q, 0.25);
     const auto c = candidate_blocks(n, config);
-    std::vector<double> mean(static_cast<std::size_t>(summaries.blocks()), 0.0);
+    // The first stage's scores: the mean keys rounded to bf16 (MeanPooledRule).
+    const auto mean = test::mean_pooled_scores(cache, q, 0.25, 16);
     std::vector<double> log_mass(mean.size(), 0.0);
     for (std::int64_t b = 0; b < summaries.blocks(); ++b) {
       const std::int64_t lo = b * 16, hi = std::min(n, lo + 16);
-      mean[b] = std::accumulate(s.begin() + lo, s.begin() + hi, 0.0) / double(hi - lo);
       double mass = 0.0;
       for (std::int64_t p = std::max(lo, c.kept_prefix); p < std::min(hi, c.kept_suffix_begin); ++p)
         mass += std::exp(s[p]);
@@ -364,7 +364,8 @@ TEST_CASE("twostage per group: one shortlist from the combined scores, rescored 
     const auto queries = test::random_floats(heads * d);
     const auto c = candidate_blocks(n, config);
     const auto blocks = static_cast<std::size_t>(summaries.blocks());
-    // Per head: mean scores and true log-masses in double; the group's softmax-sum combination.
+    // Per head: mean scores (of the bf16 mean keys, as MeanPooledRule) and true log-masses in
+    // double; the group's softmax-sum combination.
     auto combine = [&](const std::vector<std::vector<double>>& per_head) {
       std::vector<double> out(blocks, 0.0);
       for (const auto& row : per_head) {
@@ -379,9 +380,9 @@ TEST_CASE("twostage per group: one shortlist from the combined scores, rescored 
     for (std::int64_t h = 0; h < heads; ++h) {
       const std::vector<float> q(queries.begin() + h * d, queries.begin() + (h + 1) * d);
       const auto s = true_scores(cache, q, 0.25);
+      mean[h] = test::mean_pooled_scores(cache, q, 0.25, block);
       for (std::int64_t b = c.first; b < c.last; ++b) {
         const std::int64_t lo = b * block, hi = std::min(n, lo + block);
-        mean[h][b] = std::accumulate(s.begin() + lo, s.begin() + hi, 0.0) / double(hi - lo);
         double m = 0.0;
         for (std::int64_t p = std::max(lo, c.kept_prefix); p < std::min(hi, c.kept_suffix_begin);
              ++p)

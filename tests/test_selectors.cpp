@@ -1,5 +1,6 @@
 // Selectors and block summaries against independent double-precision computations.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -65,11 +66,21 @@ TEST_CASE("mean-pooled selection is the top-k of mean scores, ties to the lower 
     const auto q = test::random_floats(32);
     const double scale = 1.0 / std::sqrt(32.0);
     const auto s = true_scores(cache, q, scale);
-    // shat_b: the mean of the block's scores (linearity of the mean key), in double.
-    std::vector<double> shat(static_cast<std::size_t>(summaries.blocks()));
+    // shat_b: what the rule scores, each block's mean key rounded to f32 and then to the
+    // nearest bf16, in double from the keys; within 2^-8 of the mean of the block's scores
+    // (linearity of the mean key), relative to the sum of |c q_i kbar_i|.
+    const auto shat = test::mean_pooled_scores(cache, q, scale, config.block_size);
     for (std::int64_t b = 0; b < summaries.blocks(); ++b) {
       const std::int64_t lo = b * config.block_size, hi = std::min(n, lo + config.block_size);
-      shat[b] = std::accumulate(s.begin() + lo, s.begin() + hi, 0.0) / static_cast<double>(hi - lo);
+      double magnitude = 0.0;
+      for (std::int64_t i = 0; i < 32; ++i) {
+        double sum = 0.0;
+        for (std::int64_t p = lo; p < hi; ++p) sum += cache.keys_f[p * cache.stride + i];
+        magnitude += std::abs(scale * q[i] * sum / static_cast<double>(hi - lo));
+      }
+      const double mean_score =
+          std::accumulate(s.begin() + lo, s.begin() + hi, 0.0) / static_cast<double>(hi - lo);
+      REQUIRE(std::abs(shat[b] - mean_score) <= 0x1p-8 * magnitude + 1e-12);
     }
     const auto c = candidate_blocks(n, config);
     const auto want = expected_top_k(shat, c.first, c.last, config.top_k);
@@ -400,6 +411,11 @@ TEMPLATE_TEST_CASE("block summaries: incremental appends equal a rebuild and a r
         const double mean = sum / static_cast<double>(hi - lo);
         REQUIRE(std::abs(rebuilt.mean_keys()(b, i) - mean) <= 1e-7 * (1.0 + std::abs(mean)));
         REQUIRE(incremental.mean_keys()(b, i) == rebuilt.mean_keys()(b, i));
+        // The copy the mean-pooled rule scores: the f32 mean rounded to the nearest bf16.
+        const auto at = static_cast<std::size_t>(b * d + i);
+        REQUIRE(to_float(rebuilt.mean_keys_bf16()[at]) ==
+                test::nearest_bf16(rebuilt.mean_keys()(b, i)));
+        REQUIRE(incremental.mean_keys_bf16()[at].bits == rebuilt.mean_keys_bf16()[at].bits);
         REQUIRE(rebuilt.channel_min()(b, i) == lo_k);
         REQUIRE(rebuilt.channel_max()(b, i) == hi_k);
         // The same intervals rounded outward to bf16: enclosing, and by at most one bf16 step
@@ -441,6 +457,7 @@ TEST_CASE("block summaries: truncate equals a build over the positions kept", "[
       REQUIRE(cut.positions() == keep);
       REQUIRE(cut.blocks() == built.blocks());
       REQUIRE(cut.mean_keys() == built.mean_keys());
+      REQUIRE(same_bits(cut.mean_keys_bf16(), built.mean_keys_bf16()));
       REQUIRE(cut.channel_min() == built.channel_min());
       REQUIRE(cut.channel_max() == built.channel_max());
       REQUIRE(same_bits(cut.channel_bound_rows(), built.channel_bound_rows()));
@@ -452,6 +469,7 @@ TEST_CASE("block summaries: truncate equals a build over the positions kept", "[
                    std::span(cache.values.data() + p * cache.stride, d));
       const auto whole = BlockSummaries::build(first(n), 16, all);
       REQUIRE(cut.mean_keys() == whole.mean_keys());
+      REQUIRE(same_bits(cut.mean_keys_bf16(), whole.mean_keys_bf16()));
       REQUIRE(cut.channel_max() == whole.channel_max());
       REQUIRE(same_bits(cut.channel_bound_rows(), whole.channel_bound_rows()));
       REQUIRE(std::ranges::equal(cut.value_norm_max(), whole.value_norm_max()));
@@ -515,15 +533,17 @@ TEST_CASE("large aligned vectors start on huge pages, small ones on cache lines"
   REQUIRE(large_allocations_advised_for_huge_pages() == thp);
 }
 
-TEST_CASE("block summary memory is 1/B of the keys in f32 for means only", "[summaries]") {
+TEST_CASE("block summary memory: the means are 1/B of the keys in f32 and again in bf16",
+          "[summaries]") {
   const test::TestCache<bf16> cache(4096, 64);
   const auto means = BlockSummaries::build(cache.view(), 32);
-  // 128 blocks x 64 channels x 4 bytes, plus the open block's f64 running sum (64 x 8).
-  REQUIRE(means.memory_bytes() == 128 * 64 * 4 + 64 * 8);
+  // 128 blocks x 64 channels x (4 + 2) bytes, plus the open block's f64 running sum (64 x 8).
+  REQUIRE(means.memory_bytes() == 128 * 64 * 6 + 64 * 8);
   const auto full =
       BlockSummaries::build(cache.view(), 32, {.channel_bounds = true, .value_norms = true});
   // Means, f32 minima and maxima, both again in bf16 (2 x 2 bytes per channel), value norms.
-  REQUIRE(full.memory_bytes() == 3 * 128 * 64 * 4 + 128 * 64 * 4 + 128 * 4 + 64 * 8);
+  REQUIRE(full.memory_bytes() == 128 * 64 * 6 + 2 * 128 * 64 * 4 + 128 * 64 * 4 + 128 * 4 +
+                                     64 * 8);
 }
 
 // The names the rules had before issue 34 gave the concept one word still compile (with a

@@ -2,8 +2,11 @@
 //
 // Positions are grouped into blocks of `block_size` consecutive positions; the last block may be
 // partial. For each block b the summaries hold, as f32 rows of [blocks, head_dim]:
-//   mean key kbar_b                      (always; what the mean-pooled selector scores)
+//   mean key kbar_b                      (always)
 //   channel-wise min and max key          (optional; certified bounds)
+// with the means also rounded to bf16 (to nearest), as [blocks, head_dim]: what the mean-pooled
+// selector scores, half the bytes of the f32 means it would otherwise stream (the step 14-25%
+// shorter, docs/selectors.md's cost table of 2026-12-06 13:28 UTC),
 // with channel bounds also, as bf16 rows of [blocks, 2 * head_dim], the same intervals rounded
 // outward (lower ends down, upper ends up): what the channel-bound rule reads, half the bytes of
 // the f32 minima and maxima (docs/theory.md section 3),
@@ -12,11 +15,10 @@
 // positions instead of block_size),
 // and, as [blocks], the largest value norm max_j ||v_j||   (optional; certified error bounds).
 //
-// Memory: blocks * head_dim * 4 bytes for the means (1/block_size of the keys in f32 per
-// position), three times that again with channel bounds (f32 minima and maxima, and both in
-// bf16), 4 bytes per block for value norms, plus
+// Memory: blocks * head_dim * 6 bytes for the means (f32 and bf16), 12 more with channel bounds
+// (f32 minima and maxima, and both in bf16), 4 bytes per block for value norms, plus
 // head_dim * 8 bytes for the running sum of the open block; sub-block means add sub_blocks times
-// the means' bytes (4 * head_dim / (block_size / sub_blocks) bytes per position) and one more
+// the f32 means' bytes (4 * head_dim / (block_size / sub_blocks) bytes per position) and one more
 // running sum. memory_bytes() reports it.
 #pragma once
 
@@ -106,6 +108,7 @@ class BlockSummaries {
     const auto d = static_cast<std::size_t>(head_dim_);
     const auto rows = static_cast<std::size_t>(whole_blocks);
     means_.resize(rows * d);
+    means_bf16_.resize(rows * d);
     if (options_.channel_bounds) {
       channel_min_.resize(rows * d);
       channel_max_.resize(rows * d);
@@ -136,6 +139,7 @@ class BlockSummaries {
   void clear() {
     positions_ = 0;
     means_.clear();
+    means_bf16_.clear();
     channel_min_.clear();
     channel_max_.clear();
     bound_rows_.clear();
@@ -148,6 +152,7 @@ class BlockSummaries {
   void reserve(std::int64_t positions) {
     const auto rows = static_cast<std::size_t>((positions + block_size_ - 1) / block_size_);
     means_.reserve(rows * static_cast<std::size_t>(head_dim_));
+    means_bf16_.reserve(rows * static_cast<std::size_t>(head_dim_));
     if (options_.channel_bounds) {
       channel_min_.reserve(rows * static_cast<std::size_t>(head_dim_));
       channel_max_.reserve(rows * static_cast<std::size_t>(head_dim_));
@@ -171,6 +176,9 @@ class BlockSummaries {
 
   /// [blocks, head_dim] mean key per block.
   auto mean_keys() const { return map_rows(means_.data(), blocks(), head_dim_, head_dim_); }
+  /// [blocks, head_dim] row-major: mean_keys() rounded to the nearest bf16 (ties to even), the
+  /// rows the mean-pooled rule scores.
+  std::span<const bf16> mean_keys_bf16() const { return means_bf16_; }
   /// [blocks, head_dim]; requires options().channel_bounds.
   auto channel_min() const {
     require(options_.channel_bounds, "channel_min", "channel_bounds = true");
@@ -210,7 +218,7 @@ class BlockSummaries {
     return (means_.size() + channel_min_.size() + channel_max_.size() + value_norm_max_.size() +
             sub_means_.size()) *
                sizeof(float) +
-           bound_rows_.size() * sizeof(bf16) +
+           (means_bf16_.size() + bound_rows_.size()) * sizeof(bf16) +
            (open_sum_.size() + open_sub_sum_.size()) * sizeof(double);
   }
 
@@ -226,6 +234,7 @@ class BlockSummaries {
     const std::int64_t offset = positions_ % block_size_;
     if (offset == 0) {  // open a new block
       means_.resize(means_.size() + d);
+      means_bf16_.resize(means_bf16_.size() + d);
       if (options_.channel_bounds) {
         channel_min_.resize(channel_min_.size() + d, std::numeric_limits<float>::infinity());
         channel_max_.resize(channel_max_.size() + d, -std::numeric_limits<float>::infinity());
@@ -243,6 +252,7 @@ class BlockSummaries {
     for (std::size_t i = 0; i < d; ++i) {
       open_sum_[i] += to_float(key[i]);
       means_[row + i] = static_cast<float>(open_sum_[i] * inverse_count);
+      means_bf16_[row + i] = to_bf16(means_[row + i]);
     }
     if (options_.channel_bounds) {
       for (std::size_t i = 0; i < d; ++i) {
@@ -318,6 +328,7 @@ class BlockSummaries {
   std::int64_t positions_ = 0;
   // Cache-line aligned: the selectors read them row by row with vector loads.
   AlignedVector<float> means_;         // [blocks, head_dim]
+  AlignedVector<bf16> means_bf16_;     // [blocks, head_dim]: means_ rounded to nearest
   AlignedVector<float> channel_min_;   // [blocks, head_dim] if channel_bounds
   AlignedVector<float> channel_max_;   // [blocks, head_dim] if channel_bounds
   AlignedVector<bf16> bound_rows_;     // [blocks, 2 * head_dim] if channel_bounds

@@ -1,6 +1,7 @@
 // The mean-pooled rule ("mean"), the method under study: shat_b = c <q, kbar_b>, the mean of
 // the block's scores (by linearity). A lower bound on log M_b - log|b| (Jensen), so it dilutes
-// single high-scoring positions (docs/theory.md section 6).
+// single high-scoring positions (docs/theory.md section 6). It scores kbar_b rounded to bf16
+// (BlockSummaries::mean_keys_bf16): a ranking, read in half the bytes.
 #pragma once
 
 #include <memory>
@@ -25,16 +26,18 @@ class MeanPooledRule final : public BlockRule {
     score_heads(in.queries, in.heads, in.summaries, in.candidates, scores, in.summaries.blocks());
   }
 
-  /// scores[h * out_stride + b] = <queries[h], mean key of b> for every candidate block b;
-  /// queries [heads, head_dim], scaled. Needs no keys: callable on summaries alone.
+  /// scores[h * out_stride + b] = <queries[h], mean key of b rounded to bf16> for every
+  /// candidate block b; queries [heads, head_dim], scaled. Needs no keys: callable on summaries
+  /// alone. The bf16 means (BlockSummaries::mean_keys_bf16) are half the bytes of the f32 ones
+  /// for the scan to stream; rounding a mean moves its score by at most 2^-8 sum_i |q_i kbar_i|.
   static void score_heads(const float* queries, std::int64_t heads, const BlockSummaries& summaries,
                           const CandidateBlocks& c, std::span<float> scores,
                           std::ptrdiff_t out_stride) {
     if (c.count() == 0) return;
-    const auto means = summaries.mean_keys();
-    kernels::active().score_rows[kernels::index_of(StorageType::f32)](
-        queries, heads, summaries.head_dim(), means.data() + c.first * means.outerStride(),
-        means.outerStride(), c.count(), scores.data() + c.first, out_stride);
+    const std::int64_t head_dim = summaries.head_dim();
+    kernels::active().score_rows[kernels::index_of(StorageType::bf16)](
+        queries, heads, head_dim, summaries.mean_keys_bf16().data() + c.first * head_dim, head_dim,
+        c.count(), scores.data() + c.first, out_stride);
   }
 };
 
