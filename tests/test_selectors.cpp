@@ -542,8 +542,7 @@ TEST_CASE("block summary memory: the means are 1/B of the keys in f32 and again 
   const auto full =
       BlockSummaries::build(cache.view(), 32, {.channel_bounds = true, .value_norms = true});
   // Means, f32 minima and maxima, both again in bf16 (2 x 2 bytes per channel), value norms.
-  REQUIRE(full.memory_bytes() == 128 * 64 * 6 + 2 * 128 * 64 * 4 + 128 * 64 * 4 + 128 * 4 +
-                                     64 * 8);
+  REQUIRE(full.memory_bytes() == 128 * 64 * 6 + 2 * 128 * 64 * 4 + 128 * 64 * 4 + 128 * 4 + 64 * 8);
 }
 
 // The names the rules had before issue 34 gave the concept one word still compile (with a
