@@ -24,3 +24,7 @@ g++ -O2 -std=c++20 -DNDEBUG -mavx512f -mavx512bw -mavx512dq -mavx512cd -mavx2 -m
   done
 } | tee "$here/output.txt"
 rm -f "$binary"
+# The tile configuration's cost (config_cost.cpp), quoted as "50 ns" in docs/selectors.md.
+g++ -O2 -mamx-tile -mamx-bf16 "$here/config_cost.cpp" -o "$binary"
+"$binary" | tee "$here/config_cost.txt"
+rm -f "$binary"

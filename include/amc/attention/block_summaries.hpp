@@ -252,8 +252,9 @@ class BlockSummaries {
     for (std::size_t i = 0; i < d; ++i) {
       open_sum_[i] += to_float(key[i]);
       means_[row + i] = static_cast<float>(open_sum_[i] * inverse_count);
-      means_bf16_[row + i] = to_bf16(means_[row + i]);
     }
+    // A loop of its own, so that it vectorises.
+    for (std::size_t i = 0; i < d; ++i) means_bf16_[row + i] = to_bf16(means_[row + i]);
     if (options_.channel_bounds) {
       for (std::size_t i = 0; i < d; ++i) {
         // NaN is sticky (std::min and std::max would drop it): a block holding a NaN key has
