@@ -101,7 +101,7 @@ constexpr bool kFlushesLines =
 /// the next read of it goes to memory. Reading a buffer larger than the last-level cache does
 /// this only where the cache is small: this project's VM reports a 480 MiB L3, from which a
 /// 64 MiB buffer read again and again comes back at 20-30 GB/s against the memory's 15-16
-/// (docs/performance/cold-flush-2026-12-05/repeat_read.txt), so nothing guaranteed that a
+/// (records/cold-flush-2026-12-05/repeat_read.txt), so nothing guaranteed that a
 /// sparse copy's summaries and support had left L3 between visits.
 void flush_lines(const void* data, std::size_t bytes) {
   if (bytes == 0) return;
@@ -332,7 +332,7 @@ void evict_share(std::int64_t part, std::int64_t parts) {
 
 /// Iterations of the cold-cache benchmarks: each pays a few ms of flushing and eviction outside
 /// its timing (at 131072 positions in bf16 about 1.4 ms to flush the copy's 32 MiB of keys and
-/// values, 2.2-3.3 ms to read the 64 MiB buffer: docs/performance/cold-flush-2026-12-05/), so they
+/// values, 2.2-3.3 ms to read the 64 MiB buffer: records/cold-flush-2026-12-05/), so they
 /// run a fixed count rather than until a minimum time.
 constexpr benchmark::IterationCount kColdIterations = 200;
 

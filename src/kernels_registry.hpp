@@ -18,7 +18,7 @@ const KernelTable& avx512_table();
 /// (src/kernels_avx512_words.cpp), so that its code does not change how the rest of the
 /// AVX-512 table compiles: in the same unit, GCC stopped inlining AheadLines::ask in the
 /// selectors' scans, and the mean rule's selection at 131072 took 175 us against 143
-/// (docs/performance/bf16-words-2026-12-06/one-unit/).
+/// (records/bf16-words-2026-12-06/one-unit/).
 void attend_bf16_words_avx512(const AttendArgs& args);
 /// BlockedOps<avx512bw>::score_rows_bf16_words (score_rows<bf16> for head_dim a multiple of
 /// 16), in a unit of its own too (src/kernels_avx512_word_scans.cpp), so that a change to the

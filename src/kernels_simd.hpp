@@ -696,7 +696,7 @@ struct BlockedOps : SimdOps<Arch> {
   static void attend_bf16_words(const AttendArgs& a) {
     // Only a sparse support's ranges ask for the next one (AttendArgs::next_keys): an
     // instantiation of their own leaves dense decode's code as it was, whose cold time moved
-    // by 4-10% with the ask in the same loop (docs/performance/dense-2026-12-06/).
+    // by 4-10% with the ask in the same loop (records/dense-2026-12-06/).
     if (a.next_rows > 0) return attend_bf16_words_any_heads<true>(a);
     return attend_bf16_words_any_heads<false>(a);
   }
@@ -874,7 +874,7 @@ struct BlockedOps : SimdOps<Arch> {
     // for its first two groups at once: the transposes read each group's lines 16 channels at
     // a time, so without it their misses came a few at a time, and the oracle's block-by-block
     // scan of every key took 1.19x and 1.30x as long cold (16K, 128K) as with the widening it
-    // replaces (docs/selectors/cost-words-2026-12-06/no-prefetch/). With the rows in cache the
+    // replaces (records/rules-cost-words-2026-12-06/no-prefetch/). With the rows in cache the
     // requests are overhead: one head's 64 blocks took 7.8-8.9 us against 6.5-6.6 (hot.txt
     // there; 7 heads 18.0-20.4 against 23.1-23.3). Cold, per-head selection (one head per
     // call) was not slower but for the oracle at 16384, by 1-6% (per-head/ there).

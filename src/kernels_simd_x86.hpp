@@ -184,7 +184,7 @@ __attribute__((always_inline)) inline void transpose_words8(const bf16* rows, st
 /// channels, the even and the odd channels in two chains of 8, added, then added to the
 /// head's sum. Two chains of 32 FMAs rounded 1.6x more (rms, relative to the terms' size) than
 /// the row-by-row kernel's 4 FMAs and 4-level tree; blocks of 8 are within 8% of it
-/// (docs/performance/bf16-words-2026-12-06/score_order_accuracy.py). `between()` runs after
+/// (records/bf16-words-2026-12-06/score_order_accuracy.py). `between()` runs after
 /// each 16 channels' loads (attend asks for lines ahead there). always_inline: GCC left some
 /// instantiations out of line, and then the cold kernel took about a third longer in
 /// exploratory builds, the hot one the same.

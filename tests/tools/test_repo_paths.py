@@ -4,8 +4,8 @@
 usage: test_repo_paths.py REPO_ROOT
 
 Scans the files git tracks (every file outside build directories when the tree is not a
-checkout; not data/ nor the committed raw outputs of earlier runs, which
-are kept as they were produced) for:
+checkout; not data/ nor the raw outputs in records/, which are kept as they were
+produced) for:
 - path-like words with a directory and a file extension (`examples/eval/sweep.hpp`,
   `amc/attention/decode.hpp`, `../shared/x.md`): each must name a file or directory relative
   to the repository root, to the naming file's directory, or to an include root (include/,
@@ -54,11 +54,10 @@ NOT_OURS = {
 for n in range(1, 6):
     NOT_OURS[f"docs/doc{n}.txt"] = "the reader's own documents in docs/reproduce.md's example"
 
-# Not scanned: inputs and the raw outputs of earlier runs, kept byte for byte as produced.
-SKIPPED_PREFIXES = ("data/", "tests/golden/", "fuzz/regressions/fuzz_", "docs/results-tiny/",
-                    "docs/results-retrieval/", "docs/selectors/sweeps", "docs/selectors/passkey-",
-                    "docs/performance/", "docs/results-smollm2/sweeps-",
-                    "docs/results-smollm2/passkey/")
+# Not scanned: inputs, and the raw outputs in records/ (kept byte for byte as produced, reports
+# written by the tools included); a record's README.md and its scripts are scanned.
+SKIPPED_PREFIXES = ("data/", "tests/golden/", "fuzz/regressions/fuzz_")
+RECORD_SUFFIXES_SCANNED = ("/README.md", ".sh", ".py")
 SCANNED_SUFFIXES = (".hpp", ".cpp", ".h", ".inc", ".py", ".md", ".cmake", ".txt", ".sh", ".mjs",
                     ".in", "/run")
 
@@ -66,6 +65,8 @@ SCANNED_SUFFIXES = (".hpp", ".cpp", ".h", ".inc", ".py", ".md", ".cmake", ".txt"
 def scanned(path: str) -> bool:
     if path.startswith(SKIPPED_PREFIXES) or path == "tests/tools/test_repo_paths.py":
         return False  # this file names what it looks for
+    if path.startswith("records/"):
+        return path.endswith(RECORD_SUFFIXES_SCANNED)
     if path.endswith(SCANNED_SUFFIXES):
         return True
     # Scripts without an extension (scripts/quickstart, bench/peer-llama-cpp, bench/report,

@@ -1,5 +1,5 @@
 # The training curves of data/qwen2-retrieval (train.py --export writes loss_curve.csv):
-#   gnuplot -e "csv='data/qwen2-retrieval/loss_curve.csv'; out='docs/results-retrieval/curves'" \
+#   gnuplot -e "csv='data/qwen2-retrieval/loss_curve.csv'; out='records/retrieval-quality/curves'" \
 #           tools/train_retrieval/curves.gp
 # writes out.png and out.svg, two panels over the training steps:
 # - losses in nats per byte: the train loss (exponential moving mean; its data change with the

@@ -1,5 +1,5 @@
 # The training loss curve of data/qwen2-tiny (tools/train_tiny/train.py writes loss_curve.csv):
-#   gnuplot -e "csv='data/qwen2-tiny/loss_curve.csv'; out='docs/results-tiny/loss_curve'" \
+#   gnuplot -e "csv='data/qwen2-tiny/loss_curve.csv'; out='records/tiny-quality/loss_curve'" \
 #           tools/train_tiny/loss_curve.gp
 # writes out.png and out.svg. Train loss per step (thin), its exponential moving mean, and the
 # validation loss on held-out files (points), in nats per byte.

@@ -185,7 +185,7 @@ struct CombineScratch {
 /// combine_group_scores lists rows of at least this many candidate blocks (32K positions in
 /// blocks of 32); shorter rows are exponentiated whole. Measured at 4096 candidates (the listing
 /// pays) and 512, where listing every row made the cold mean step 3.3 us slower though it lists
-/// none (docs/selectors/cost-listed-2026-12-06/gate-16384/); 1024 lies between.
+/// none (records/rules-cost-listed-2026-12-06/gate-16384/); 1024 lies between.
 inline constexpr std::int64_t kListedFrom = 1024;
 
 /// Per-group combination: each row of `head_scores` ([heads, blocks]) becomes a softmax over the
