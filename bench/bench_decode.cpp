@@ -135,16 +135,18 @@ void flush_rows(const Rows& rows) {
 
 /// flush_lines over everything `summaries` holds that a rule may read.
 void flush_summaries(const BlockSummaries& summaries) {
-  flush_rows(summaries.mean_keys());
-  flush_rows(summaries.mean_keys_bf16());
   const SummaryOptions& options = summaries.options();
+  flush_rows(summaries.mean_keys());
+  if (options.bf16_copies) flush_rows(summaries.mean_keys_bf16());
   if (options.channel_bounds) {
-    flush_rows(summaries.channel_min());
-    flush_rows(summaries.channel_max());
     flush_rows(summaries.channel_bound_rows());
+    if (options.bf16_copies) flush_rows(summaries.channel_bound_rows_bf16());
   }
   if (options.value_norms) flush_rows(summaries.value_norm_max());
-  if (options.sub_blocks > 0) flush_rows(summaries.sub_block_means());
+  if (options.sub_blocks > 0) {
+    flush_rows(summaries.sub_block_means());
+    if (options.bf16_copies) flush_rows(summaries.sub_block_means_bf16());
+  }
 }
 
 /// Independent copies of one KV head [positions, head_dim] with random contents and their
@@ -484,7 +486,7 @@ void BM_SparseDecode(benchmark::State& state) {
     sparse.decode(queries, KvHead<KvView<T>>{kv.view(c), &kv.summaries[c]}, out, results);
     benchmark::DoNotOptimize(out.data());
     positions += results[0].positions_read;
-    summary_bytes += kv.summaries[c].blocks() * kHeadDim * 2;  // the bf16 mean keys it scores
+    summary_bytes += kv.summaries[c].blocks() * kHeadDim * 4;  // the f32 mean keys it scores
   });
   state.SetBytesProcessed(positions * row_bytes<T>() + summary_bytes);
   state.counters["positions_read"] =
@@ -507,18 +509,34 @@ void BM_Select(benchmark::State& state) {
   state.counters["blocks_scored"] = static_cast<double>(kv.summaries[0].blocks());
 }
 
-/// The selection settings BM_RuleSparseDecode and BM_RuleSelect compare (issue 16), by their
-/// argument, on sparse_config(): "score", "score/first stage" (two-stage rules, shortlist 4
-/// unless "@F" gives the factor), and ":S" for S sub-block means (submean, as a rule or a first
-/// stage; 4 unless given).
-const char* const kComparedRules[] = {
-    "mean",           "bound",     "twostage/mean",      "twostage/bound",      "submean",
-    "oracle",         "submean:8", "twostage/submean:8", "twostage/submean:16", "twostage/bound@2",
-    "twostage/mean@2"};
+/// The selection settings BM_RuleSparseDecode and BM_RuleSelect compare, by their argument, on
+/// sparse_config(): "rule", "rule/first stage" (two-stage rules, shortlist 4 unless "@F" gives
+/// the factor), ":S" for S sub-block means (submean, as a rule or a first stage; 4 unless
+/// given), and "+bf16" for the bf16 summary precision (f32 unless given).
+const char* const kComparedRules[] = {"mean",
+                                      "bound",
+                                      "twostage/mean",
+                                      "twostage/bound",
+                                      "submean",
+                                      "oracle",
+                                      "submean:8",
+                                      "twostage/submean:8",
+                                      "twostage/submean:16",
+                                      "twostage/bound@2",
+                                      "twostage/mean@2",
+                                      "mean+bf16",
+                                      "bound+bf16",
+                                      "twostage/mean+bf16",
+                                      "twostage/bound+bf16",
+                                      "submean+bf16"};
 
 SparseConfig rule_config(std::int64_t rule) {
   std::string_view name = kComparedRules[rule];
   SparseConfig c = sparse_config();
+  if (const std::size_t plus = name.find('+'); plus != std::string_view::npos) {
+    c.set("summary_precision", name.substr(plus + 1));
+    name = name.substr(0, plus);
+  }
   if (const std::size_t at = name.find('@'); at != std::string_view::npos) {
     c.set("shortlist", name.substr(at + 1));
     name = name.substr(0, at);
@@ -610,7 +628,7 @@ void BM_AttendSupport(benchmark::State& state) {
 }
 
 /// The memory floor of sparse decode: a plain SIMD read of exactly the bytes BM_SparseDecode
-/// touches, in its order (every mean key in bf16, then each support range's keys and values),
+/// touches, in its order (every f32 mean key, then each support range's keys and values),
 /// with the support that selection picks on each copy. No arithmetic: this is what the memory
 /// system needs for the scattered pattern, which short ranges make slower than a stream (each range
 /// starts with a miss the hardware prefetcher has not seen coming).
@@ -623,9 +641,8 @@ void BM_SupportRead(benchmark::State& state) {
   std::int64_t bytes = 0;
   cold_iterations(state, kv, [&](std::int64_t c) {
     const auto view = kv.view(c);
-    const std::span<const bf16> means = kv.summaries[c].mean_keys_bf16();
-    float sum = table.stream_sum(reinterpret_cast<const float*>(means.data()),
-                                 static_cast<std::int64_t>(means.size() / 2));
+    const auto means = kv.summaries[c].mean_keys();
+    float sum = table.stream_sum(means.data(), means.size());
     for (const PositionRange& r : kv.supports[static_cast<std::size_t>(c)].ranges()) {
       sum += table.stream_sum(reinterpret_cast<const float*>(view.key(r.begin)),
                               r.size() * kRowFloats);
@@ -760,10 +777,12 @@ void BM_SummaryAppend(benchmark::State& state) {
     keys[i] = to_bf16(normal(rng));
     values[i] = to_bf16(normal(rng));
   }
-  // summaries 0: means only; 1: channel bounds and value norms; 2: 4 sub-block means
+  // summaries 0: means only; 1: channel bounds and value norms; 2: 4 sub-block means; with
+  // bf16_copies (range(1) == 1) their bf16 copies too
   const SummaryOptions options{.channel_bounds = state.range(0) == 1,
                                .value_norms = state.range(0) == 1,
-                               .sub_blocks = state.range(0) == 2 ? 4 : 0};
+                               .sub_blocks = state.range(0) == 2 ? 4 : 0,
+                               .bf16_copies = state.range(1) == 1};
   BlockSummaries summaries(32, kHeadDim, options);
   summaries.reserve(capacity);
   std::int64_t p = 0;
@@ -940,10 +959,8 @@ int main(int argc, char** argv) {
       ->UseRealTime()
       ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("BM_SummaryAppend", BM_SummaryAppend)
-      ->ArgName("summaries")
-      ->Arg(0)
-      ->Arg(1)
-      ->Arg(2);
+      ->ArgNames({"summaries", "bf16_copies"})
+      ->ArgsProduct({{0, 1, 2}, {0, 1}});
   for (const std::int64_t n : {16384, 65536}) {
     for (const std::int64_t threads : {1, 2}) {
       benchmark::RegisterBenchmark("BM_LayerDenseDecode", BM_LayerDenseDecode)

@@ -102,10 +102,11 @@ inline double nearest_bf16(float x) {
 }
 
 /// What the mean-pooled rule scores, per block of `block_size` positions, in double from the
-/// stored keys: c <q, the block's mean key rounded to f32 and then to the nearest bf16>.
+/// stored keys: c <q, the block's mean key rounded to f32>, and with `bf16_means` that mean
+/// rounded on to the nearest bf16.
 inline std::vector<double> mean_pooled_scores(const TestCache<float>& cache,
                                               const std::vector<float>& q, double scale,
-                                              std::int64_t block_size) {
+                                              std::int64_t block_size, bool bf16_means = false) {
   const std::int64_t blocks = (cache.positions + block_size - 1) / block_size;
   std::vector<double> out(static_cast<std::size_t>(blocks));
   for (std::int64_t b = 0; b < blocks; ++b) {
@@ -115,9 +116,9 @@ inline std::vector<double> mean_pooled_scores(const TestCache<float>& cache,
       double sum = 0.0;
       for (std::int64_t p = lo; p < hi; ++p)
         sum += cache.keys_f[static_cast<std::size_t>(p * cache.stride + i)];
-      const double mean = sum / static_cast<double>(hi - lo);
+      const auto mean = static_cast<float>(sum / static_cast<double>(hi - lo));
       score += static_cast<double>(q[static_cast<std::size_t>(i)]) *
-               nearest_bf16(static_cast<float>(mean));
+               (bf16_means ? nearest_bf16(mean) : static_cast<double>(mean));
     }
     out[static_cast<std::size_t>(b)] = scale * score;
   }

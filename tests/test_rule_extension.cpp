@@ -66,7 +66,8 @@ TEST_CASE("a rule registered by one line brings its setting to every front door"
   const SparseConfig text = parse_sparse_config("score=tilted tilt=3");
   CHECK(text.rule_settings.get<std::int64_t>("tilt") == 3);
   CHECK(to_text(text) ==
-        "block_size=16 top_k=8 sinks=1 window=64 scope=head score=tilted combine=sum tilt=3");
+        "block_size=16 top_k=8 sinks=1 window=64 scope=head score=tilted summary_precision=f32 "
+        "combine=sum tilt=3");
   CHECK(parse_sparse_config(to_text(text)) == text);
   CHECK(text != parse_sparse_config("score=tilted tilt=2"));  // == sees rule settings
   CHECK(text != parse_sparse_config("score=tilted"));         // and set from unset

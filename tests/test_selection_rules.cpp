@@ -91,10 +91,14 @@ TEMPLATE_TEST_CASE("sub-block means: incremental appends equal a rebuild and a r
     const auto plain = BlockSummaries::build(cache.view(), block_size);
     REQUIRE(plain.mean_keys() == rebuilt.mean_keys());
   }
-  // Memory: sub_blocks times the f32 means, plus one more running sum (and the means' bf16 copy).
+  // Memory: sub_blocks times the f32 means, plus one more running sum; with bf16 copies, the
+  // means and sub-block means again at half the bytes.
   const test::TestCache<T> cache(4096, 64);
   const auto summaries = BlockSummaries::build(cache.view(), 32, {.sub_blocks = 4});
-  REQUIRE(summaries.memory_bytes() == 5 * 128 * 64 * 4 + 128 * 64 * 2 + 2 * 64 * 8);
+  REQUIRE(summaries.memory_bytes() == 5 * 128 * 64 * 4 + 2 * 64 * 8);
+  const auto copies =
+      BlockSummaries::build(cache.view(), 32, {.sub_blocks = 4, .bf16_copies = true});
+  REQUIRE(copies.memory_bytes() == 5 * 128 * 64 * (4 + 2) + 2 * 64 * 8);
 }
 
 TEST_CASE("sub-block means: bad options are refused, and accessors name what they need",
@@ -161,7 +165,7 @@ TEST_CASE("twostage keeps the k of largest true mass within the mean-pooled shor
     const auto q = test::random_floats(16);
     const auto s = true_scores(cache, q, 0.25);
     const auto c = candidate_blocks(n, config);
-    // The first stage's scores: the mean keys rounded to bf16 (MeanPooledRule).
+    // The first stage's scores: the f32 mean keys (MeanPooledRule at the default precision).
     const auto mean = test::mean_pooled_scores(cache, q, 0.25, 16);
     std::vector<double> log_mass(mean.size(), 0.0);
     for (std::int64_t b = 0; b < summaries.blocks(); ++b) {
@@ -364,7 +368,7 @@ TEST_CASE("twostage per group: one shortlist from the combined scores, rescored 
     const auto queries = test::random_floats(heads * d);
     const auto c = candidate_blocks(n, config);
     const auto blocks = static_cast<std::size_t>(summaries.blocks());
-    // Per head: mean scores (of the bf16 mean keys, as MeanPooledRule) and true log-masses in
+    // Per head: mean scores (of the f32 mean keys, as MeanPooledRule) and true log-masses in
     // double; the group's softmax-sum combination.
     auto combine = [&](const std::vector<std::vector<double>>& per_head) {
       std::vector<double> out(blocks, 0.0);

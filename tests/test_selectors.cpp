@@ -54,43 +54,51 @@ std::vector<std::int64_t> select_with(RuleName rule, const test::TestCache<float
 
 TEST_CASE("mean-pooled selection is the top-k of mean scores, ties to the lower index",
           "[selectors]") {
-  for (int trial = 0; trial < 40; ++trial) {
-    const std::int64_t n = 200 + 37 * trial;
-    const test::TestCache<float> cache(n, 32);
-    SparseConfig config;
-    config.block_size = 8 + trial % 3 * 8;
-    config.top_k = 1 + trial % 7;
-    config.sinks = trial % 4;
-    config.window = 16 * (trial % 3);
-    const auto summaries = BlockSummaries::build(cache.view(), config.block_size);
-    const auto q = test::random_floats(32);
-    const double scale = 1.0 / std::sqrt(32.0);
-    const auto s = true_scores(cache, q, scale);
-    // shat_b: what the rule scores, each block's mean key rounded to f32 and then to the
-    // nearest bf16, in double from the keys; within 2^-8 of the mean of the block's scores
-    // (linearity of the mean key), relative to the sum of |c q_i kbar_i|.
-    const auto shat = test::mean_pooled_scores(cache, q, scale, config.block_size);
-    for (std::int64_t b = 0; b < summaries.blocks(); ++b) {
-      const std::int64_t lo = b * config.block_size, hi = std::min(n, lo + config.block_size);
-      double magnitude = 0.0;
-      for (std::int64_t i = 0; i < 32; ++i) {
-        double sum = 0.0;
-        for (std::int64_t p = lo; p < hi; ++p) sum += cache.keys_f[p * cache.stride + i];
-        magnitude += std::abs(scale * q[i] * sum / static_cast<double>(hi - lo));
+  for (const SummaryPrecision precision : {SummaryPrecision::f32, SummaryPrecision::bf16}) {
+    const bool bf16_means = precision == SummaryPrecision::bf16;
+    for (int trial = 0; trial < 40; ++trial) {
+      const std::int64_t n = 200 + 37 * trial;
+      const test::TestCache<float> cache(n, 32);
+      SparseConfig config;
+      config.block_size = 8 + trial % 3 * 8;
+      config.top_k = 1 + trial % 7;
+      config.sinks = trial % 4;
+      config.window = 16 * (trial % 3);
+      config.summary_precision = precision;
+      const auto summaries =
+          BlockSummaries::build(cache.view(), config.block_size, required_summaries(config));
+      const auto q = test::random_floats(32);
+      const double scale = 1.0 / std::sqrt(32.0);
+      const auto s = true_scores(cache, q, scale);
+      // shat_b: what the rule scores, each block's mean key rounded to f32 (and at bf16
+      // precision then to the nearest bf16), in double from the keys: the mean of the block's
+      // scores (linearity of the mean key) within f32 rounding, or within 2^-8 of it relative
+      // to the sum of |c q_i kbar_i| with bf16 means.
+      const auto shat = test::mean_pooled_scores(cache, q, scale, config.block_size, bf16_means);
+      for (std::int64_t b = 0; b < summaries.blocks(); ++b) {
+        const std::int64_t lo = b * config.block_size, hi = std::min(n, lo + config.block_size);
+        double magnitude = 0.0;
+        for (std::int64_t i = 0; i < 32; ++i) {
+          double sum = 0.0;
+          for (std::int64_t p = lo; p < hi; ++p) sum += cache.keys_f[p * cache.stride + i];
+          magnitude += std::abs(scale * q[i] * sum / static_cast<double>(hi - lo));
+        }
+        const double mean_score =
+            std::accumulate(s.begin() + lo, s.begin() + hi, 0.0) / static_cast<double>(hi - lo);
+        const double rounding = bf16_means ? 0x1p-8 : 0x1p-24;
+        REQUIRE(std::abs(shat[b] - mean_score) <= rounding * magnitude + 1e-12);
       }
-      const double mean_score =
-          std::accumulate(s.begin() + lo, s.begin() + hi, 0.0) / static_cast<double>(hi - lo);
-      REQUIRE(std::abs(shat[b] - mean_score) <= 0x1p-8 * magnitude + 1e-12);
-    }
-    const auto c = candidate_blocks(n, config);
-    const auto want = expected_top_k(shat, c.first, c.last, config.top_k);
-    const auto got = select_with(RuleName::mean_pooled, cache, summaries, q, config);
-    CAPTURE(trial, n, config.block_size, config.top_k);
-    if (got != want) {
-      // Only a near-tie (f32 rounding) may swap blocks: the k-th best score is shared.
-      double kth = INFINITY;
-      for (auto b : want) kth = std::min(kth, shat[b]);
-      for (auto b : got) REQUIRE(shat[b] >= kth - 1e-5);
+      const auto c = candidate_blocks(n, config);
+      const auto want = expected_top_k(shat, c.first, c.last, config.top_k);
+      const auto got = select_with(RuleName::mean_pooled, cache, summaries, q, config);
+      CAPTURE(to_string(precision), trial, n, config.block_size, config.top_k);
+      if (got != want) {
+        // Only a near-tie (f32 rounding of the dot products) may swap blocks: the k-th best
+        // score is shared.
+        double kth = INFINITY;
+        for (auto b : want) kth = std::min(kth, shat[b]);
+        for (auto b : got) REQUIRE(shat[b] >= kth - 1e-5);
+      }
     }
   }
 
@@ -114,64 +122,132 @@ TEST_CASE("mean-pooled selection is the top-k of mean scores, ties to the lower 
           std::vector<std::int64_t>{1, 2, 3});
 }
 
+TEST_CASE("summary precision: f32 ranks as exact mean pooling where bf16 rounding reorders",
+          "[selectors]") {
+  // Blocks of 4 positions with equal keys, so each mean key is exact. With q = (1, 1), block 1
+  // (mean (1 + 2^-8 - 2^-14, 0)) outscores block 2 (mean (1, 2^-8 - 2^-12)) by 2^-12 - 2^-14,
+  // but block 1's first channel rounds to 1.0 in bf16 while block 2's keeps its small second
+  // channel nearly exactly: at bf16 precision block 2 ranks first. Blocks 0 and 3 are far below.
+  constexpr std::int64_t d = 2, block = 4, n = 4 * block;
+  const float means[4][2] = {
+      {0.25f, 0.0f}, {1.0f + 0x1p-8f - 0x1p-14f, 0.0f}, {1.0f, 0x1p-8f - 0x1p-12f}, {0.5f, 0.0f}};
+  std::vector<float> keys(n * d), values(n * d, 1.0f);
+  for (std::int64_t p = 0; p < n; ++p) {
+    keys[static_cast<std::size_t>(p * d)] = means[p / block][0];
+    keys[static_cast<std::size_t>(p * d + 1)] = means[p / block][1];
+  }
+  const KvView<float> kv(keys.data(), values.data(), n, d);
+  const std::vector<float> q = {1.0f, 1.0f};
+  for (const RuleName rule : {RuleName::mean_pooled, RuleName::sub_block_means}) {
+    for (const SummaryPrecision precision : {SummaryPrecision::f32, SummaryPrecision::bf16}) {
+      CAPTURE(rule.name(), to_string(precision));
+      SparseConfig config;
+      config.block_size = block;
+      config.top_k = 1;
+      config.sinks = 0;
+      config.window = 0;
+      config.score = rule;
+      config.summary_precision = precision;
+      if (rule == RuleName::sub_block_means) config.set("sub_blocks", "2");
+      const auto summaries = BlockSummaries::build(kv, block, required_summaries(config));
+      REQUIRE(summaries.options().bf16_copies == (precision == SummaryPrecision::bf16));
+      BlockSparseDecode<> op(config);
+      RowMatrix out(1, d);
+      std::vector<HeadResult> results(1);
+      op.decode(Eigen::Map<const RowMatrix>(q.data(), 1, d), KvHead<KvView<float>>{kv, &summaries},
+                out, results);
+      REQUIRE(selected(op, 0) ==
+              std::vector<std::int64_t>{precision == SummaryPrecision::f32 ? 1 : 2});
+    }
+  }
+  // bf16 precision needs the copies: summaries built without them are refused by name.
+  SparseConfig config;
+  config.block_size = block;
+  config.sinks = 0;
+  config.window = 0;
+  config.summary_precision = SummaryPrecision::bf16;
+  const auto f32_only = BlockSummaries::build(kv, block);
+  BlockSparseDecode<> op(config);
+  RowMatrix out(1, d);
+  std::vector<HeadResult> results(1);
+  REQUIRE_THROWS_WITH(
+      op.decode(Eigen::Map<const RowMatrix>(q.data(), 1, d), KvHead<KvView<float>>{kv, &f32_only},
+                out, results),
+      Catch::Contains("bf16_copies=1; these were built with") && Catch::Contains("bf16_copies=0"));
+}
+
 TEST_CASE("channel bound is never below the true block max score, and close to Quest's bound",
           "[selectors]") {
-  for (int trial = 0; trial < 200; ++trial) {
-    const std::int64_t n = 50 + trial * 7;
-    const test::TestCache<float> cache(n, 16, 16, trial % 2 ? 1.0f : 30.0f);
-    const std::int64_t block_size = 1 + trial % 20;
-    const auto summaries =
-        BlockSummaries::build(cache.view(), block_size, {.channel_bounds = true});
-    auto q = test::random_floats(16, trial % 3 == 0 ? 10.0f : 1.0f);
-    const float scale = 0.25f;
-    std::vector<float> scaled(q);
-    for (float& x : scaled) x *= scale;
-    SparseConfig config;
-    config.block_size = block_size;
-    config.sinks = 0;
-    config.window = 0;
-    const auto c = candidate_blocks(n, config);
-    std::vector<float> scores(static_cast<std::size_t>(summaries.blocks()));
-    ChannelBoundRule{}.score_blocks(BlockScoringInput{scaled, summaries, c}, cache.view(), scores);
-    const auto s = true_scores(cache, q, scale);
-    for (std::int64_t b = 0; b < summaries.blocks(); ++b) {
-      const std::int64_t lo = b * block_size, hi = std::min(n, lo + block_size);
-      const double max = *std::max_element(s.begin() + lo, s.begin() + hi);
-      // The selector sums <min(q, 0), lower> + <max(q, 0), upper> in f32 over the bf16 rows:
-      // allow the standard rounding bound of a 32-term f32 sum, (terms + 1) * 2^-24 * sum of
-      // |terms|, and nothing more.
-      const auto row = summaries.channel_bound_rows().subspan(static_cast<std::size_t>(b * 32));
-      double magnitude = 0.0;
-      for (std::size_t i = 0; i < 16; ++i) {
-        magnitude += std::abs(scaled[i] * static_cast<double>(to_float(row[i]))) +
-                     std::abs(scaled[i] * static_cast<double>(to_float(row[16 + i])));
+  for (const SummaryPrecision precision : {SummaryPrecision::f32, SummaryPrecision::bf16}) {
+    CAPTURE(to_string(precision));
+    const bool bf16_rows = precision == SummaryPrecision::bf16;
+    const ChannelBoundRule rule(precision);
+    for (int trial = 0; trial < 200; ++trial) {
+      const std::int64_t n = 50 + trial * 7;
+      const test::TestCache<float> cache(n, 16, 16, trial % 2 ? 1.0f : 30.0f);
+      const std::int64_t block_size = 1 + trial % 20;
+      const auto summaries = BlockSummaries::build(
+          cache.view(), block_size, {.channel_bounds = true, .bf16_copies = bf16_rows});
+      auto q = test::random_floats(16, trial % 3 == 0 ? 10.0f : 1.0f);
+      const float scale = 0.25f;
+      std::vector<float> scaled(q);
+      for (float& x : scaled) x *= scale;
+      SparseConfig config;
+      config.block_size = block_size;
+      config.sinks = 0;
+      config.window = 0;
+      const auto c = candidate_blocks(n, config);
+      std::vector<float> scores(static_cast<std::size_t>(summaries.blocks()));
+      rule.score_blocks(BlockScoringInput{scaled, summaries, c}, cache.view(), scores);
+      const auto s = true_scores(cache, q, scale);
+      for (std::int64_t b = 0; b < summaries.blocks(); ++b) {
+        const std::int64_t lo = b * block_size, hi = std::min(n, lo + block_size);
+        const double max = *std::max_element(s.begin() + lo, s.begin() + hi);
+        // The rule sums <min(q, 0), lower> + <max(q, 0), upper> in f32 over the rows it reads:
+        // allow the standard rounding bound of a 32-term f32 sum, (terms + 1) * 2^-24 * sum of
+        // |terms|, and nothing more.
+        const auto end = [&](std::size_t i) {
+          const auto at = static_cast<std::size_t>(b * 32) + i;
+          return bf16_rows ? static_cast<double>(to_float(summaries.channel_bound_rows_bf16()[at]))
+                           : static_cast<double>(summaries.channel_bound_rows()[at]);
+        };
+        double magnitude = 0.0;
+        for (std::size_t i = 0; i < 16; ++i) {
+          magnitude += std::abs(scaled[i] * end(i)) + std::abs(scaled[i] * end(16 + i));
+        }
+        REQUIRE(scores[b] >= max - 33 * 0x1p-24 * magnitude);
+        // And c sum_i max(q_i lo_i, q_i hi_i) from the f32 minima and maxima, in double: the
+        // f32 rows give it within rounding; rounding an end outward to bf16 moves it by at most
+        // 2^-7 of its magnitude, and only upward.
+        double quest = 0.0, widening = 0.0;
+        for (std::int64_t i = 0; i < 16; ++i) {
+          const double qi = scaled[static_cast<std::size_t>(i)];
+          const double lo_i = summaries.channel_min()(b, i), hi_i = summaries.channel_max()(b, i);
+          quest += std::max(qi * lo_i, qi * hi_i);
+          widening += std::abs(qi) * 0x1p-7 * std::max(std::abs(lo_i), std::abs(hi_i));
+        }
+        const double rounding = 33 * 0x1p-24 * magnitude;
+        if (bf16_rows) {
+          REQUIRE(scores[b] >= quest - rounding);
+          REQUIRE(scores[b] <= quest + widening + rounding);
+        } else {
+          REQUIRE(std::abs(scores[b] - quest) <= rounding);
+        }
       }
-      REQUIRE(scores[b] >= max - 33 * 0x1p-24 * magnitude);
-      // And not much above c sum_i max(q_i lo_i, q_i hi_i) from the f32 minima and maxima, in
-      // double: rounding an end outward to bf16 moves it by at most 2^-7 of its magnitude.
-      double quest = 0.0, widening = 0.0;
-      for (std::int64_t i = 0; i < 16; ++i) {
-        const double qi = scaled[static_cast<std::size_t>(i)];
-        const double lo_i = summaries.channel_min()(b, i), hi_i = summaries.channel_max()(b, i);
-        quest += std::max(qi * lo_i, qi * hi_i);
-        widening += std::abs(qi) * 0x1p-7 * std::max(std::abs(lo_i), std::abs(hi_i));
+      // Every head of a group in one pass gives each head's own scores.
+      std::vector<float> group_queries(scaled);
+      for (const float x : scaled) group_queries.push_back(-2.0f * x);
+      std::vector<float> group(static_cast<std::size_t>(2 * summaries.blocks()));
+      rule.score_blocks_group(GroupScoringInput{group_queries.data(), 2, summaries, c},
+                              cache.view(), group);
+      std::vector<float> second(static_cast<std::size_t>(summaries.blocks()));
+      rule.score_blocks(BlockScoringInput{std::span(group_queries).subspan(16), summaries, c},
+                        cache.view(), second);
+      for (std::int64_t b = c.first; b < c.last; ++b) {
+        REQUIRE(group[static_cast<std::size_t>(b)] == scores[static_cast<std::size_t>(b)]);
+        REQUIRE(group[static_cast<std::size_t>(summaries.blocks() + b)] ==
+                second[static_cast<std::size_t>(b)]);
       }
-      REQUIRE(scores[b] <= quest + widening + 33 * 0x1p-24 * magnitude);
-    }
-    // Every head of a group in one pass gives each head's own scores.
-    std::vector<float> group_queries(scaled);
-    for (const float x : scaled) group_queries.push_back(-2.0f * x);
-    std::vector<float> group(static_cast<std::size_t>(2 * summaries.blocks()));
-    ChannelBoundRule{}.score_blocks_group(GroupScoringInput{group_queries.data(), 2, summaries, c},
-                                          cache.view(), group);
-    std::vector<float> second(static_cast<std::size_t>(summaries.blocks()));
-    ChannelBoundRule{}.score_blocks(
-        BlockScoringInput{std::span(group_queries).subspan(16), summaries, c}, cache.view(),
-        second);
-    for (std::int64_t b = c.first; b < c.last; ++b) {
-      REQUIRE(group[static_cast<std::size_t>(b)] == scores[static_cast<std::size_t>(b)]);
-      REQUIRE(group[static_cast<std::size_t>(summaries.blocks() + b)] ==
-              second[static_cast<std::size_t>(b)]);
     }
   }
 }
@@ -378,7 +454,7 @@ TEMPLATE_TEST_CASE("block summaries: incremental appends equal a rebuild and a r
   for (std::int64_t block_size : {1, 5, 16}) {
     const std::int64_t n = 123, d = 12;
     const test::TestCache<T> cache(n, d);
-    const SummaryOptions all{.channel_bounds = true, .value_norms = true};
+    const SummaryOptions all{.channel_bounds = true, .value_norms = true, .bf16_copies = true};
     BlockSummaries incremental(block_size, d, all);
     for (std::int64_t p = 0; p < n; ++p) {
       incremental.append(std::span(cache.keys.data() + p * cache.stride, d),
@@ -411,27 +487,34 @@ TEMPLATE_TEST_CASE("block summaries: incremental appends equal a rebuild and a r
         const double mean = sum / static_cast<double>(hi - lo);
         REQUIRE(std::abs(rebuilt.mean_keys()(b, i) - mean) <= 1e-7 * (1.0 + std::abs(mean)));
         REQUIRE(incremental.mean_keys()(b, i) == rebuilt.mean_keys()(b, i));
-        // The copy the mean-pooled rule scores: the f32 mean rounded to the nearest bf16.
+        // The copy the mean-pooled rule scores at bf16 precision: the f32 mean rounded to the
+        // nearest bf16.
         const auto at = static_cast<std::size_t>(b * d + i);
         REQUIRE(to_float(rebuilt.mean_keys_bf16()[at]) ==
                 test::nearest_bf16(rebuilt.mean_keys()(b, i)));
         REQUIRE(incremental.mean_keys_bf16()[at].bits == rebuilt.mean_keys_bf16()[at].bits);
         REQUIRE(rebuilt.channel_min()(b, i) == lo_k);
         REQUIRE(rebuilt.channel_max()(b, i) == hi_k);
+        // The bound rule's rows: [min | max] per block.
+        const auto f32_row =
+            rebuilt.channel_bound_rows().subspan(static_cast<std::size_t>(b * 2 * d));
+        REQUIRE(f32_row[static_cast<std::size_t>(i)] == lo_k);
+        REQUIRE(f32_row[static_cast<std::size_t>(d + i)] == hi_k);
         // The same intervals rounded outward to bf16: enclosing, and by at most one bf16 step
         // (2^-7 relative) at each end.
-        const auto row = rebuilt.channel_bound_rows().subspan(static_cast<std::size_t>(b * 2 * d));
+        const auto row =
+            rebuilt.channel_bound_rows_bf16().subspan(static_cast<std::size_t>(b * 2 * d));
         const double lower = to_float(row[static_cast<std::size_t>(i)]);
         const double upper = to_float(row[static_cast<std::size_t>(d + i)]);
         REQUIRE(lower <= lo_k);
         REQUIRE(upper >= hi_k);
         REQUIRE(lo_k - lower <= 0x1p-7 * std::abs(lo_k));
         REQUIRE(upper - hi_k <= 0x1p-7 * std::abs(hi_k));
-        REQUIRE(incremental.channel_bound_rows()[static_cast<std::size_t>(b * 2 * d + i)].bits ==
-                row[static_cast<std::size_t>(i)].bits);
         REQUIRE(
-            incremental.channel_bound_rows()[static_cast<std::size_t>(b * 2 * d + d + i)].bits ==
-            row[static_cast<std::size_t>(d + i)].bits);
+            incremental.channel_bound_rows_bf16()[static_cast<std::size_t>(b * 2 * d + i)].bits ==
+            row[static_cast<std::size_t>(i)].bits);
+        REQUIRE(incremental.channel_bound_rows_bf16()[static_cast<std::size_t>(b * 2 * d + d + i)]
+                    .bits == row[static_cast<std::size_t>(d + i)].bits);
       }
     }
   }
@@ -448,7 +531,8 @@ TEST_CASE("block summaries: truncate equals a build over the positions kept", "[
     return KvView<amc::bf16>(cache.keys.data(), cache.values.data(), positions, d, cache.stride);
   };
   for (const std::int64_t sub_blocks : {0, 4}) {
-    const SummaryOptions all{.channel_bounds = true, .value_norms = true, .sub_blocks = sub_blocks};
+    const SummaryOptions all{
+        .channel_bounds = true, .value_norms = true, .sub_blocks = sub_blocks, .bf16_copies = true};
     for (const std::int64_t keep : {0, 1, 15, 16, 17, 50, 122, 123}) {
       CAPTURE(sub_blocks, keep);
       auto cut = BlockSummaries::build(first(n), 16, all);
@@ -460,9 +544,13 @@ TEST_CASE("block summaries: truncate equals a build over the positions kept", "[
       REQUIRE(same_bits(cut.mean_keys_bf16(), built.mean_keys_bf16()));
       REQUIRE(cut.channel_min() == built.channel_min());
       REQUIRE(cut.channel_max() == built.channel_max());
-      REQUIRE(same_bits(cut.channel_bound_rows(), built.channel_bound_rows()));
+      REQUIRE(std::ranges::equal(cut.channel_bound_rows(), built.channel_bound_rows()));
+      REQUIRE(same_bits(cut.channel_bound_rows_bf16(), built.channel_bound_rows_bf16()));
       REQUIRE(std::ranges::equal(cut.value_norm_max(), built.value_norm_max()));
-      if (sub_blocks > 0) REQUIRE(cut.sub_block_means() == built.sub_block_means());
+      if (sub_blocks > 0) {
+        REQUIRE(cut.sub_block_means() == built.sub_block_means());
+        REQUIRE(same_bits(cut.sub_block_means_bf16(), built.sub_block_means_bf16()));
+      }
       // Appending after a truncation continues as if the cut positions had never been there.
       for (std::int64_t p = keep; p < n; ++p)
         cut.append(std::span(cache.keys.data() + p * cache.stride, d),
@@ -471,8 +559,11 @@ TEST_CASE("block summaries: truncate equals a build over the positions kept", "[
       REQUIRE(cut.mean_keys() == whole.mean_keys());
       REQUIRE(same_bits(cut.mean_keys_bf16(), whole.mean_keys_bf16()));
       REQUIRE(cut.channel_max() == whole.channel_max());
-      REQUIRE(same_bits(cut.channel_bound_rows(), whole.channel_bound_rows()));
+      REQUIRE(same_bits(cut.channel_bound_rows_bf16(), whole.channel_bound_rows_bf16()));
       REQUIRE(std::ranges::equal(cut.value_norm_max(), whole.value_norm_max()));
+      if (sub_blocks > 0) {
+        REQUIRE(same_bits(cut.sub_block_means_bf16(), whole.sub_block_means_bf16()));
+      }
     }
   }
   BlockSummaries summaries = BlockSummaries::build(first(20), 16);
@@ -482,10 +573,10 @@ TEST_CASE("block summaries: truncate equals a build over the positions kept", "[
 }
 
 TEST_CASE("summaries keep their rows on cache lines", "[summaries]") {
-  // The selectors read mean keys (and the bound rows) with 64-byte vector loads; rows that
-  // straddle cache lines made scoring 1.6x slower (docs/performance.md).
+  // The rules read mean keys (and the bound rows) with 64-byte vector loads; rows that
+  // straddle cache lines made scoring 1.6x slower.
   const std::int64_t head_dim = 64;
-  BlockSummaries summaries(32, head_dim, {.channel_bounds = true});
+  BlockSummaries summaries(32, head_dim, {.channel_bounds = true, .bf16_copies = true});
   const auto key = test::random_floats(static_cast<std::size_t>(head_dim));
   for (std::int64_t p = 0; p < 5000; ++p) {  // grows through several reallocations
     summaries.append(std::span<const float>(key));
@@ -495,6 +586,11 @@ TEST_CASE("summaries keep their rows on cache lines", "[summaries]") {
       REQUIRE(reinterpret_cast<std::uintptr_t>(summaries.channel_min().data()) % kCacheLine == 0);
       REQUIRE(reinterpret_cast<std::uintptr_t>(summaries.channel_max().data()) % kCacheLine == 0);
       REQUIRE(reinterpret_cast<std::uintptr_t>(summaries.channel_bound_rows().data()) %
+                  kCacheLine ==
+              0);
+      REQUIRE(reinterpret_cast<std::uintptr_t>(summaries.mean_keys_bf16().data()) % kCacheLine ==
+              0);
+      REQUIRE(reinterpret_cast<std::uintptr_t>(summaries.channel_bound_rows_bf16().data()) %
                   kCacheLine ==
               0);
     }
@@ -533,16 +629,23 @@ TEST_CASE("large aligned vectors start on huge pages, small ones on cache lines"
   REQUIRE(large_allocations_advised_for_huge_pages() == thp);
 }
 
-TEST_CASE("block summary memory: the means are 1/B of the keys in f32 and again in bf16",
+TEST_CASE("block summary memory: the means are 1/B of the keys in f32, half again in bf16",
           "[summaries]") {
   const test::TestCache<bf16> cache(4096, 64);
   const auto means = BlockSummaries::build(cache.view(), 32);
-  // 128 blocks x 64 channels x (4 + 2) bytes, plus the open block's f64 running sum (64 x 8).
-  REQUIRE(means.memory_bytes() == 128 * 64 * 6 + 64 * 8);
+  // 128 blocks x 64 channels x 4 bytes, plus the open block's f64 running sum (64 x 8).
+  REQUIRE(means.memory_bytes() == 128 * 64 * 4 + 64 * 8);
+  const auto means_bf16 = BlockSummaries::build(cache.view(), 32, {.bf16_copies = true});
+  REQUIRE(means_bf16.memory_bytes() == 128 * 64 * (4 + 2) + 64 * 8);
   const auto full =
       BlockSummaries::build(cache.view(), 32, {.channel_bounds = true, .value_norms = true});
-  // Means, f32 minima and maxima, both again in bf16 (2 x 2 bytes per channel), value norms.
-  REQUIRE(full.memory_bytes() == 128 * 64 * 6 + 2 * 128 * 64 * 4 + 128 * 64 * 4 + 128 * 4 + 64 * 8);
+  // Means, f32 minima and maxima, value norms.
+  REQUIRE(full.memory_bytes() == 128 * 64 * 4 + 2 * 128 * 64 * 4 + 128 * 4 + 64 * 8);
+  const auto full_bf16 = BlockSummaries::build(
+      cache.view(), 32, {.channel_bounds = true, .value_norms = true, .bf16_copies = true});
+  // The same, and the means, minima and maxima again in bf16 (3 x 2 bytes per channel).
+  REQUIRE(full_bf16.memory_bytes() ==
+          128 * 64 * 4 + 2 * 128 * 64 * 4 + 3 * 128 * 64 * 2 + 128 * 4 + 64 * 8);
 }
 
 // The names the rules had before issue 34 gave the concept one word still compile (with a

@@ -33,6 +33,7 @@ SparseConfig random_config(std::mt19937_64& rng) {
   c.scope = pick(0, 1) ? SelectionScope::per_group : SelectionScope::per_head;
   const auto rules = registered_rules();
   c.score = RuleName::named(rules[static_cast<std::size_t>(pick(0, rules.size() - 1))].name);
+  c.summary_precision = pick(0, 1) ? SummaryPrecision::bf16 : SummaryPrecision::f32;
   c.combine = pick(0, 1) ? GroupCombine::max : GroupCombine::sum;
   if (pick(0, 1)) c.scale = std::uniform_real_distribution<float>(1e-3f, 4.0f)(rng);
   if (pick(0, 1)) {
@@ -79,7 +80,8 @@ TEST_CASE("every configuration survives text and JSON round trips", "[config]") 
   }
   // The defaults print as the documented line.
   REQUIRE(to_text(SparseConfig{}) ==
-          "block_size=16 top_k=8 sinks=1 window=64 scope=head score=mean combine=sum");
+          "block_size=16 top_k=8 sinks=1 window=64 scope=head score=mean summary_precision=f32 "
+          "combine=sum");
   // Unnamed settings keep the base's values; commas separate as well as spaces.
   SparseConfig base;
   base.window = 7;
@@ -101,6 +103,7 @@ TEST_CASE("bad settings are refused naming the setting and the value", "[config]
       {"scope=layer", {"scope", "'head' or 'group'", "'layer'"}},
       {"score=max", {"score", "mean|bound|oracle", "'max'"}},
       {"combine=mean", {"combine", "'sum' or 'max'", "'mean'"}},
+      {"summary_precision=f16", {"summary_precision", "'f32' or 'bf16'", "'f16'"}},
       {"scale=0", {"scale", "'0'"}},
       {"scale=inf", {"scale", "'inf'"}},
       {"target_eps=2", {"target_eps", "[0, 1]", "'2'"}},
@@ -160,6 +163,9 @@ TEST_CASE("validate() checks fields set in C++ against the same rows as the text
        [](SparseConfig& c) { c.scope = static_cast<SelectionScope>(7); }, "got (invalid value 7)"},
       {"combine must be 'sum' or 'max'",
        [](SparseConfig& c) { c.combine = static_cast<GroupCombine>(9); }, "got (invalid value 9)"},
+      {"summary_precision must be 'f32' or 'bf16'",
+       [](SparseConfig& c) { c.summary_precision = static_cast<SummaryPrecision>(5); },
+       "got (invalid value 5)"},
       {"scale must be a positive finite number", [](SparseConfig& c) { c.scale = -0.5f; },
        "got -0.5"},
       {"scale must be a positive finite number",

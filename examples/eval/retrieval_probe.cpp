@@ -300,10 +300,7 @@ std::vector<RetrievalProbeResult> run_retrieval_probe(const RetrievalProbeOption
   // The summaries every selector of the probe needs (a rule's own requirements).
   SummaryOptions summary_options;
   for (const auto& op : operators) {
-    const SummaryOptions need = required_summaries(op.config());
-    summary_options.channel_bounds = summary_options.channel_bounds || need.channel_bounds;
-    summary_options.value_norms = summary_options.value_norms || need.value_norms;
-    summary_options.sub_blocks = std::max(summary_options.sub_blocks, need.sub_blocks);
+    summary_options = summary_options.merged(required_summaries(op.config()));
   }
   DenseDecode dense;
   const std::int64_t d = options.head_dim;

@@ -220,9 +220,7 @@ struct Session::Impl {
                 "amc::transformer::Session", field, " needs ", wanted.sub_blocks,
                 " sub-blocks per block, sparse ", c.summaries.sub_blocks);
       c.block_size = config.block_size;
-      c.summaries.channel_bounds = c.summaries.channel_bounds || wanted.channel_bounds;
-      c.summaries.value_norms = c.summaries.value_norms || wanted.value_norms;
-      c.summaries.sub_blocks = std::max(c.summaries.sub_blocks, wanted.sub_blocks);
+      c.summaries = c.summaries.merged(wanted);
     };
     if (const SparseConfig* config = sparse_config(o.attention)) keep(*config, "sparse");
     if (o.summaries_for) keep(*o.summaries_for, "summaries_for");

@@ -46,10 +46,10 @@ inline py::array_t<float> matrix_array(
   return out;
 }
 
-/// A SummaryOptions as {channel_bounds, value_norms, sub_blocks}.
+/// A SummaryOptions as {channel_bounds, value_norms, sub_blocks, bf16_copies}.
 inline py::dict summary_options_dict(const SummaryOptions& o) {
   return py::dict("channel_bounds"_a = o.channel_bounds, "value_norms"_a = o.value_norms,
-                  "sub_blocks"_a = o.sub_blocks);
+                  "sub_blocks"_a = o.sub_blocks, "bf16_copies"_a = o.bf16_copies);
 }
 
 }  // namespace amc::python

@@ -117,12 +117,16 @@ void bind_summaries(py::module_& m) {
   py::class_<BlockSummaries>(m, "BlockSummaries",
                              "Block summaries of one KV head's keys (amc::BlockSummaries).")
       .def(py::init([](std::int64_t block_size, std::int64_t head_dim, bool channel_bounds,
-                       bool value_norms, std::int64_t sub_blocks) {
+                       bool value_norms, std::int64_t sub_blocks, bool bf16_copies) {
              return BlockSummaries(block_size, head_dim,
-                                   SummaryOptions{channel_bounds, value_norms, sub_blocks});
+                                   SummaryOptions{.channel_bounds = channel_bounds,
+                                                  .value_norms = value_norms,
+                                                  .sub_blocks = sub_blocks,
+                                                  .bf16_copies = bf16_copies});
            }),
            py::arg("block_size"), py::arg("head_dim"), py::arg("channel_bounds") = false,
-           py::arg("value_norms") = false, py::arg("sub_blocks") = 0)
+           py::arg("value_norms") = false, py::arg("sub_blocks") = 0,
+           py::arg("bf16_copies") = false)
       .def("append", &append_rows, py::arg("key"), py::arg("value") = py::none(),
            "Appends one position ([head_dim]) or several ([rows, head_dim]).")
       .def("clear", &BlockSummaries::clear)

@@ -8,7 +8,7 @@ import amc
 
 # The defaults of amc::SparseConfig, written out here so that a change on either side fails.
 DEFAULTS = {"block_size": 16, "top_k": 8, "sinks": 1, "window": 64, "scope": "head",
-            "score": "mean", "combine": "sum", "scale": None, "target_eps": None, "max_k": None,
+            "score": "mean", "summary_precision": "f32", "combine": "sum", "scale": None, "target_eps": None, "max_k": None,
             "top_p": None, "shortlist": None, "shortlist_score": None, "sub_blocks": None}
 
 
@@ -49,7 +49,8 @@ def test_attributes_text_and_copies():
     assert config.adaptive and config.max_k == 5 and config.target_eps == 0.01
     assert config.scale == 0.125
     assert config.required_summaries() == {"channel_bounds": True, "value_norms": True,
-                                           "sub_blocks": 0}
+                                           "sub_blocks": 0, "bf16_copies": False}
+    assert amc.SparseConfig(summary_precision="bf16").required_summaries()["bf16_copies"]
     assert amc.SparseConfig.parse(config.to_text()) == config
     assert str(config) == config.to_text()
     assert amc.SparseConfig(**config.to_dict()) == config

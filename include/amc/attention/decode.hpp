@@ -398,9 +398,11 @@ class BlockSparseDecode {
               config_.adaptive() ? " with target_eps" : "",
               " reads summaries with channel_bounds=", required_.channel_bounds,
               " value_norms=", required_.value_norms, " sub_blocks=", required_.sub_blocks,
+              " bf16_copies=", required_.bf16_copies,
               "; these were built with channel_bounds=", summaries.options().channel_bounds,
               " value_norms=", summaries.options().value_norms,
-              " sub_blocks=", summaries.options().sub_blocks, " (required_summaries(config))");
+              " sub_blocks=", summaries.options().sub_blocks,
+              " bf16_copies=", summaries.options().bf16_copies, " (required_summaries(config))");
 
     const std::int64_t heads = queries.rows();
     const std::int64_t blocks = summaries.blocks();

@@ -55,6 +55,11 @@ inline std::optional<GroupCombine> combine_named(std::string_view text) {
   if (text == "max") return GroupCombine::max;
   return std::nullopt;
 }
+inline std::optional<SummaryPrecision> precision_named(std::string_view text) {
+  if (text == "f32") return SummaryPrecision::f32;
+  if (text == "bf16") return SummaryPrecision::bf16;
+  return std::nullopt;
+}
 }  // namespace detail
 
 /// Parses the names used by tools and reports ("head"/"group", a registered rule name,
@@ -80,6 +85,9 @@ struct SparseConfig {
   std::int64_t window = 64;
   SelectionScope scope = SelectionScope::per_head;
   RuleName score;  ///< mean pooling unless set
+  /// The summaries the rule scores: the f32 ones (exact), or their bf16 copies (half the bytes
+  /// to scan; a ranking that can differ from the f32 one on near-ties).
+  SummaryPrecision summary_precision = SummaryPrecision::f32;
   GroupCombine combine = GroupCombine::sum;
   /// Attention scale c; unset means 1/sqrt(head_dim).
   std::optional<float> scale;
@@ -124,12 +132,14 @@ struct SparseConfig {
   friend bool operator==(const SparseConfig&, const SparseConfig&) = default;
 };
 
-/// The block summaries a configuration needs: those of its rule, plus channel bounds and value
-/// norms for adaptive selection (it certifies its bound from them). Caches build these.
+/// The block summaries a configuration needs: those of its rule (with their bf16 copies at
+/// bf16 summary precision), plus channel bounds and value norms for adaptive selection (it
+/// certifies its bound from them). Caches build these.
 inline SummaryOptions required_summaries(const SparseConfig& config) {
   const RuleInfo& rule = config.score.info();
   SummaryOptions options = rule.summaries ? rule.summaries(config) : SummaryOptions{};
   if (config.adaptive()) options.channel_bounds = options.value_norms = true;
+  options.bf16_copies = config.summary_precision == SummaryPrecision::bf16;
   return options;
 }
 
@@ -396,6 +406,9 @@ inline std::optional<RuleName> summary_rule_named(std::string_view text) {
 constexpr bool valid_scope(SelectionScope s) {
   return s == SelectionScope::per_head || s == SelectionScope::per_group;
 }
+constexpr bool valid_precision(SummaryPrecision p) {
+  return p == SummaryPrecision::f32 || p == SummaryPrecision::bf16;
+}
 constexpr bool valid_combine(GroupCombine g) {
   return g == GroupCombine::sum || g == GroupCombine::max;
 }
@@ -477,6 +490,11 @@ inline std::span<const SparseSetting> sparse_settings() {
             "scope", "selection per query head or per GQA group: head|group", "'head' or 'group'"),
         name_row<&C::score, rule_named, registered>(
             "score", "block scoring rule (see docs/selectors.md)", rules),
+        name_row<&C::summary_precision, precision_named, valid_precision>(
+            "summary_precision",
+            "the summaries the rule scores: f32 (exact) or bf16 (copies rounded to bf16, half "
+            "the bytes to scan): f32|bf16",
+            "'f32' or 'bf16'"),
         name_row<&C::combine, combine_named, valid_combine>(
             "combine",
             "per-group scope: combine the heads' softmax-normalised block scores: sum|max",

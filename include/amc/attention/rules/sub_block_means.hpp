@@ -54,30 +54,40 @@ class SubBlockMeansRule final : public BlockRule {
               "which must divide block_size ", config.block_size);
   }
 
+  explicit SubBlockMeansRule(SummaryPrecision precision = SummaryPrecision::f32)
+      : precision_(precision) {}
+
   bool scores_each_block_alone() const override { return true; }
   void score(const BlockScoringInput& in, const KeyRows&, std::span<float> scores) const override {
-    score_heads(in.query.data(), 1, in.summaries, in.candidates, scores);
+    score_heads(in.query.data(), 1, in.summaries, in.candidates, scores, precision_);
   }
   void score_group(const GroupScoringInput& in, const KeyRows&,
                    std::span<float> scores) const override {
-    score_heads(in.queries, in.heads, in.summaries, in.candidates, scores);
+    score_heads(in.queries, in.heads, in.summaries, in.candidates, scores, precision_);
   }
 
-  /// scores [heads, blocks]; queries [heads, head_dim], scaled. Needs no keys: callable on
-  /// summaries alone.
+  /// scores [heads, blocks], the sub-block means at `precision` (bf16 needs summaries with bf16
+  /// copies); queries [heads, head_dim], scaled. Needs no keys: callable on summaries alone.
   static void score_heads(const float* queries, std::int64_t heads, const BlockSummaries& summaries,
-                          const CandidateBlocks& c, std::span<float> scores) {
+                          const CandidateBlocks& c, std::span<float> scores,
+                          SummaryPrecision precision = SummaryPrecision::f32) {
     if (c.count() == 0) return;
     const std::int64_t per_block = summaries.options().sub_blocks;
     const std::int64_t sub_size = summaries.sub_block_size();
     const std::int64_t rows = c.count() * per_block;
-    const auto means = summaries.sub_block_means();
+    const std::int64_t d = summaries.head_dim();
+    const std::int64_t first_row = c.first * per_block * d;
     thread_local std::vector<float> sub_scores;  // [heads, rows]
     sub_scores.resize(static_cast<std::size_t>(heads * rows));
-    kernels::active().score_rows[kernels::index_of(StorageType::f32)](
-        queries, heads, summaries.head_dim(),
-        means.data() + c.first * per_block * means.outerStride(), means.outerStride(), rows,
-        sub_scores.data(), rows);
+    if (precision == SummaryPrecision::bf16) {
+      kernels::active().score_rows[kernels::index_of(StorageType::bf16)](
+          queries, heads, d, summaries.sub_block_means_bf16().data() + first_row, d, rows,
+          sub_scores.data(), rows);
+    } else {
+      kernels::active().score_rows[kernels::index_of(StorageType::f32)](
+          queries, heads, d, summaries.sub_block_means().data() + first_row, d, rows,
+          sub_scores.data(), rows);
+    }
     const float log_full = std::log(static_cast<float>(sub_size));
     const std::int64_t positions = summaries.positions();
     // Blocks [c.first, complete_end) have every sub-block full: their score is the max of their
@@ -115,6 +125,9 @@ class SubBlockMeansRule final : public BlockRule {
       }
     }
   }
+
+ private:
+  SummaryPrecision precision_;
 };
 
 inline RuleInfo sub_block_means_rule_info() {
@@ -124,8 +137,8 @@ inline RuleInfo sub_block_means_rule_info() {
               "size): an outlier key diluted by the sub-block, not the block",
           .summaries = &SubBlockMeansRule::summaries,
           .reads_keys = false,
-          .make = [](const SparseConfig&) -> std::unique_ptr<BlockRule> {
-            return std::make_unique<SubBlockMeansRule>();
+          .make = [](const SparseConfig& config) -> std::unique_ptr<BlockRule> {
+            return std::make_unique<SubBlockMeansRule>(config.summary_precision);
           },
           .settings = SubBlockMeansRule::settings(),
           .check = &SubBlockMeansRule::check};
