@@ -48,7 +48,7 @@ SparseConfig sparse_config() {
   c.sinks = 4;
   c.window = 64;
   c.scope = SelectionScope::per_group;  // one support per group: each block read once
-  c.score = RuleName::mean_pooled;
+  c.rule = RuleName::mean_pooled;
   return c;
 }
 
@@ -546,8 +546,8 @@ SparseConfig rule_config(std::int64_t rule) {
     name = name.substr(0, colon);
   }
   const std::size_t slash = name.find('/');
-  c.score = RuleName::named(name.substr(0, slash));
-  if (slash != std::string_view::npos) c.set("shortlist_score", name.substr(slash + 1));
+  c.rule = RuleName::named(name.substr(0, slash));
+  if (slash != std::string_view::npos) c.set("shortlist_rule", name.substr(slash + 1));
   return c;
 }
 

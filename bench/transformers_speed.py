@@ -79,9 +79,9 @@ class Stamps(LogitsProcessor):
 
 def rule_config(rule):
     score, _, first = rule.partition("/")
-    settings = dict(block_size=32, top_k=16, sinks=4, window=64, score=score)
+    settings = dict(block_size=32, top_k=16, sinks=4, window=64, rule=score)
     if first:
-        settings["shortlist_score"] = first
+        settings["shortlist_rule"] = first
     return amc.SparseConfig(**settings)
 
 

@@ -31,7 +31,7 @@ void analyse(const amc::bounds::Inputs& in, amc::SelectionScope scope, amc::Rule
   config.sinks = 1;
   config.window = 2;
   config.scope = scope;
-  config.score = rule;
+  config.rule = rule;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   DenseDecode dense(scale);
   BlockSparseDecode<> sparse(config);

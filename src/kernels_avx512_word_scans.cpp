@@ -1,5 +1,5 @@
 // score_rows<bf16> by 32-bit words (BlockedOps::score_rows_bf16_words) for the avx512 table: the
-// selectors' scans (the channel bound's rows, the two-stage rule's shortlisted keys, the
+// rules' scans (the channel bound's rows, the two-stage rule's shortlisted keys, the
 // oracle's blocks), in a translation unit of their own with the avx512 flags
 // (cmake/AmcSimd.cmake): see detail::score_rows_bf16_words_avx512 in kernels_registry.hpp.
 #include "kernels_registry.hpp"

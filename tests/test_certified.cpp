@@ -367,8 +367,8 @@ void run_case(std::mt19937_64& rng, Mode mode, Storage storage, Tally& tally) {
   config.sinks = mode == Mode::deep_omission ? 1 : uniform_int(0, 3);
   config.window = uniform_int(0, 4) == 0 ? c.n : uniform_int(0, c.n / 2);
   config.top_k = uniform_int(0, 4);
-  config.score = std::array{RuleName::mean_pooled, RuleName::channel_bound,
-                            RuleName::oracle}[uniform_int(0, 2)];
+  config.rule = std::array{RuleName::mean_pooled, RuleName::channel_bound,
+                           RuleName::oracle}[uniform_int(0, 2)];
   config.scale = static_cast<float>(c.scale);
 
   // A random set of blocks.

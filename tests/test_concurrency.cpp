@@ -71,7 +71,7 @@ std::vector<Outcome> work(const Shared& s, int rounds) {
       config.top_k = 4;
       config.window = 32;
       config.scope = scope;
-      config.score = rule;
+      config.rule = rule;
       sparse.emplace_back(config);
     }
   }

@@ -106,7 +106,7 @@ TEMPLATE_TEST_CASE("block-sparse decode equals the reference restricted to its s
           config.sinks = 2;
           config.window = 20;
           config.scope = scope;
-          config.score = rule;
+          config.rule = rule;
           const auto summaries = BlockSummaries::build(
               cache.view(), config.block_size, {.channel_bounds = true, .value_norms = false});
           const RowMatrix queries = random_queries(heads, head_dim);
@@ -212,7 +212,7 @@ TEST_CASE("nothing selected beyond sinks and window; partial last block", "[deco
   // The oracle with k = 1 and no window must be able to pick the partial last block.
   SparseConfig last = empty;
   last.top_k = 63;
-  last.score = RuleName::oracle;
+  last.rule = RuleName::oracle;
   BlockSparseDecode<> all_blocks(last);
   run<bf16>(all_blocks, queries, cache.view(), &summaries, out, results);
   REQUIRE(results[0].positions_read == n);

@@ -141,7 +141,7 @@ TEST_CASE("invalid configs name the field and value", "[errors]") {
   require_error([&] { BlockSparseDecode<> op(with([](SparseConfig& c) { c.block_size = -4; })); },
                 {"block_size", "-4"});
   require_error([] { parse_scope("heads"); }, {"scope", "heads"});
-  require_error([] { parse_score_rule("max"); }, {"score", "max"});
+  require_error([] { parse_rule("max"); }, {"rule", "max"});
   require_error([] { DenseDecode op(0.0f); }, {"DenseDecode", "scale"});
   require_error([] { BlockSummaries(0, 4); }, {"BlockSummaries", "block_size", "0"});
   require_error([] { BlockSummaries(4, -1); }, {"BlockSummaries", "head_dim", "-1"});
@@ -205,11 +205,11 @@ TEST_CASE("operators reject mismatched inputs", "[errors]") {
         sparse.decode(queries, KvHead<KvView<float>>{longer.view(), &summaries}, out, results);
       },
       {"summaries cover 100 positions", "KV view has 120"});
-  config.score = RuleName::channel_bound;  // needs channel bounds the summaries do not have
+  config.rule = RuleName::channel_bound;  // needs channel bounds the summaries do not have
   BlockSparseDecode<> bound(config);
   require_error(
       [&] { bound.decode(queries, head, out, results); },
-      {"score bound reads summaries with channel_bounds=1", "built with channel_bounds=0"});
+      {"rule bound reads summaries with channel_bounds=1", "built with channel_bounds=0"});
   Support beyond;
   beyond.add(90, 110, 200);
   beyond.normalize();

@@ -75,7 +75,7 @@ std::vector<SparseConfig> split_configs() {
       c.sinks = 3;
       c.window = 20;
       c.scope = scope;
-      c.score = RuleName::named(rule.name);
+      c.rule = RuleName::named(rule.name);
       configs.push_back(c);
     }
   }
@@ -97,7 +97,7 @@ TEST_CASE("a group's selection scored in parts equals one part bitwise, for ever
   const test::TestCache<bf16> cache(n, head_dim);
   const RowMatrix queries = RowMatrix::Random(heads, head_dim);
   for (const SparseConfig& config : split_configs()) {
-    CAPTURE(config.score.name(), to_string(config.scope), config.adaptive());
+    CAPTURE(config.rule.name(), to_string(config.scope), config.adaptive());
     const BlockSummaries summaries =
         BlockSummaries::build(cache.view(), config.block_size, required_summaries(config));
     const KvHead<KvView<bf16>> head{cache.view(), &summaries};
@@ -105,10 +105,10 @@ TEST_CASE("a group's selection scored in parts equals one part bitwise, for ever
     whole.select(queries, head);
     BlockSparseDecode<> split(config);
     if (!split.scores_in_parts()) {
-      REQUIRE(config.score == RuleName::two_stage);
+      REQUIRE(config.rule == RuleName::two_stage);
       split.begin_selection(queries, head);
       REQUIRE_THROWS_WITH(split.score_part(head, 0, 2),
-                          AMC_CONTAINS("score twostage ranks all blocks together and cannot be "
+                          AMC_CONTAINS("rule twostage ranks all blocks together and cannot be "
                                        "scored in 2 parts"));
       continue;
     }
@@ -135,7 +135,7 @@ TEST_CASE("layer decode with more threads than KV heads splits selection, bitwis
   std::vector<test::TestCache<bf16>> caches;
   for (int g = 0; g < 2; ++g) caches.emplace_back(n, head_dim);
   for (const SparseConfig& config : split_configs()) {
-    CAPTURE(config.score.name(), to_string(config.scope), config.adaptive());
+    CAPTURE(config.rule.name(), to_string(config.scope), config.adaptive());
     std::vector<BlockSummaries> summaries;
     for (const auto& cache : caches) {
       summaries.push_back(

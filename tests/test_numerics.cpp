@@ -88,7 +88,7 @@ SparseConfig sparse_config(SelectionScope scope, RuleName rule) {
   config.sinks = 2;
   config.window = 16;
   config.scope = scope;
-  config.score = rule;
+  config.rule = rule;
   return config;
 }
 

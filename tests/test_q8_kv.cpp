@@ -338,7 +338,7 @@ TEST_CASE("operators on a Q8KvView equal them on the stored values in f32, bit f
       config.sinks = 2;
       config.window = 24;
       config.scope = SelectionScope::per_group;
-      config.score = rule;
+      config.rule = rule;
       BlockSparseDecode<> sparse_q8(config), sparse_f32(config);
       sparse_q8.decode(queries, KvHead<Q8KvView>{q8, &summaries_q8}, out_q8, results_q8);
       sparse_f32.decode(queries, KvHead<KvView<float>>{f32, &summaries_f32}, out_f32, results_f32);

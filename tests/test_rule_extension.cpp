@@ -38,7 +38,7 @@ SparseConfig parse_flags(std::vector<std::string> args, bool only_rule_settings)
   std::unique_ptr<cli::SparseOptions> options =
       only_rule_settings ? std::make_unique<cli::SparseOptions>(
                                app, SparseConfig{},
-                               cli::SparseOptions::Only{.names = {"score"}, .rule_settings = true})
+                               cli::SparseOptions::Only{.names = {"rule"}, .rule_settings = true})
                          : std::make_unique<cli::SparseOptions>(app, SparseConfig{});
   std::vector<const char*> argv{"tool"};
   for (const std::string& a : args) argv.push_back(a.c_str());
@@ -63,21 +63,21 @@ TEST_CASE("a rule registered by one line brings its setting to every front door"
   CHECK(defaults.get("tilt").empty());
   CHECK(to_text(defaults).find("tilt") == std::string::npos);
   CHECK(defaults.rule_settings.get<std::int64_t>("tilt") == 0);  // the rule's default
-  const SparseConfig text = parse_sparse_config("score=tilted tilt=3");
+  const SparseConfig text = parse_sparse_config("rule=tilted tilt=3");
   CHECK(text.rule_settings.get<std::int64_t>("tilt") == 3);
   CHECK(to_text(text) ==
-        "block_size=16 top_k=8 sinks=1 window=64 scope=head score=tilted summary_precision=f32 "
+        "block_size=16 top_k=8 sinks=1 window=64 scope=head rule=tilted summary_precision=f32 "
         "combine=sum tilt=3");
   CHECK(parse_sparse_config(to_text(text)) == text);
-  CHECK(text != parse_sparse_config("score=tilted tilt=2"));  // == sees rule settings
-  CHECK(text != parse_sparse_config("score=tilted"));         // and set from unset
+  CHECK(text != parse_sparse_config("rule=tilted tilt=2"));  // == sees rule settings
+  CHECK(text != parse_sparse_config("rule=tilted"));         // and set from unset
   CHECK(message_of([] { parse_sparse_config("tilt=-1"); }) ==
         "amc::SparseConfig: tilt must be an integer >= 0, got '-1'");
   CHECK(message_of([] { parse_sparse_config("tilt=x"); }) ==
         "amc::SparseConfig: tilt must be an integer >= 0, got 'x'");
   SparseConfig cleared = text;
   cleared.set("tilt", "");
-  CHECK(cleared == parse_sparse_config("score=tilted"));
+  CHECK(cleared == parse_sparse_config("rule=tilted"));
 
   // Typed: range checked by validate(), as a field is; a value of another kind refused at once.
   SparseConfig typed;
@@ -90,9 +90,9 @@ TEST_CASE("a rule registered by one line brings its setting to every front door"
   CHECK(message_of([&] { typed.rule_settings.set("tlit", 1); }).find("no rule setting 'tlit'") !=
         std::string::npos);
   // The rule's cross-check runs when the configuration names the rule, and only then.
-  CHECK(message_of([] { parse_sparse_config("score=tilted top_k=2 tilt=3"); }) ==
-        "amc::SparseConfig::validate: score tilted takes a tilt of at most top_k 2, got 3");
-  CHECK_NOTHROW(parse_sparse_config("score=mean top_k=2 tilt=3"));
+  CHECK(message_of([] { parse_sparse_config("rule=tilted top_k=2 tilt=3"); }) ==
+        "amc::SparseConfig::validate: rule tilted takes a tilt of at most top_k 2, got 3");
+  CHECK_NOTHROW(parse_sparse_config("rule=mean top_k=2 tilt=3"));
 
   // JSON: a key like any other, null when unset; read back equal.
   const auto json = to_json(text);
@@ -107,8 +107,8 @@ TEST_CASE("a rule registered by one line brings its setting to every front door"
 
   // Command line: --tilt on every tool's options, and on those of a tool that takes only the
   // rules' own settings (amc-eval passkey and retrieval).
-  CHECK(parse_flags({"--score", "tilted", "--tilt", "3"}, false) == text);
-  CHECK(parse_flags({"--score", "tilted", "--tilt", "3"}, true) == text);
+  CHECK(parse_flags({"--rule", "tilted", "--tilt", "3"}, false) == text);
+  CHECK(parse_flags({"--rule", "tilted", "--tilt", "3"}, true) == text);
   CHECK(message_of([] { parse_flags({"--tilt=-1"}, false); }) ==
         "amc::SparseConfig: tilt must be an integer >= 0, got '-1'");
 }
@@ -129,11 +129,11 @@ TEST_CASE("the registry gives a rule its setting", "[config]") {
     std::sort(out.begin(), out.end());
     return out;
   };
-  SparseConfig config = parse_sparse_config("score=tilted top_k=3 sinks=0 window=0 tilt=3");
+  SparseConfig config = parse_sparse_config("rule=tilted top_k=3 sinks=0 window=0 tilt=3");
   CHECK(selected(config) == std::vector<std::int64_t>{29, 30, 31});
   // Tilt 0 is mean pooling.
   config.set("tilt", "0");
   SparseConfig mean = config;
-  mean.score = RuleName::mean_pooled;
+  mean.rule = RuleName::mean_pooled;
   CHECK(selected(config) == selected(mean));
 }

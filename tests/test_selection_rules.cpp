@@ -121,7 +121,7 @@ TEST_CASE("submean selects the top-k of max_j (c <q, sub-block mean j> + log n_j
     const std::int64_t n = 250 + 29 * trial;  // partial last blocks and sub-blocks
     const test::TestCache<float> cache(n, 16, 16, 2.0f);
     SparseConfig config;
-    config.score = RuleName::sub_block_means;
+    config.rule = RuleName::sub_block_means;
     config.block_size = trial % 2 ? 16 : 32;
     config.rule_settings.set("sub_blocks", trial % 3 == 0 ? 2 : 4);
     config.top_k = 1 + trial % 6;
@@ -154,7 +154,7 @@ TEST_CASE("twostage keeps the k of largest true mass within the mean-pooled shor
     const std::int64_t n = 400 + 23 * trial;
     const test::TestCache<float> cache(n, 16, 16, 3.0f);
     SparseConfig config;
-    config.score = RuleName::two_stage;
+    config.rule = RuleName::two_stage;
     config.block_size = 16;
     config.top_k = 1 + trial % 5;
     config.rule_settings.set("shortlist", 1 + trial % 4);
@@ -203,9 +203,9 @@ TEST_CASE("twostage with a shortlist covering every candidate is the oracle", "[
     SparseConfig config;
     config.top_k = 1 + trial;
     config.rule_settings.set("shortlist", 100);  // 100 * k >= the 63 blocks
-    config.score = RuleName::two_stage;
+    config.rule = RuleName::two_stage;
     const auto two_stage = select_with(config, cache, summaries, q);
-    config.score = RuleName::oracle;
+    config.rule = RuleName::oracle;
     REQUIRE(two_stage == select_with(config, cache, summaries, q));
   }
 }
@@ -232,7 +232,7 @@ TEST_CASE("twostage finds the needle block that mean pooling ranks just outside 
   config.window = 0;
   config.scale = 1.0f;
   auto run = [&](RuleName rule) {
-    config.score = rule;
+    config.rule = rule;
     BlockSparseDecode<> op(config);
     op.select(Eigen::Map<const RowMatrix>(q.data(), 1, d), KvHead<KvView<float>>{kv, &summaries});
     return std::vector<std::int64_t>(op.selected_blocks(0).begin(), op.selected_blocks(0).end());
@@ -244,7 +244,7 @@ TEST_CASE("twostage finds the needle block that mean pooling ranks just outside 
   config.rule_settings.set("sub_blocks",
                            4);  // sub-blocks of 8: the needle lifts its sub-block's mean to 1.5
   const auto sub_summaries = BlockSummaries::build(kv, block, {.sub_blocks = 4});
-  config.score = RuleName::sub_block_means;
+  config.rule = RuleName::sub_block_means;
   BlockSparseDecode<> op(config);
   op.select(Eigen::Map<const RowMatrix>(q.data(), 1, d), KvHead<KvView<float>>{kv, &sub_summaries});
   const std::vector<std::int64_t> sub(op.selected_blocks(0).begin(), op.selected_blocks(0).end());
@@ -358,7 +358,7 @@ TEST_CASE("twostage per group: one shortlist from the combined scores, rescored 
     const std::int64_t n = 600 + 37 * trial;
     const test::TestCache<float> cache(n, d, 16, 3.0f);
     SparseConfig config;
-    config.score = RuleName::two_stage;
+    config.rule = RuleName::two_stage;
     config.scope = SelectionScope::per_group;
     config.block_size = block;
     config.top_k = 1 + trial % 4;
@@ -470,8 +470,8 @@ TEST_CASE("twostage shortlists by the rule shortlist_score names", "[selectors]"
     const std::int64_t n = 900 + 41 * trial;
     const test::TestCache<float> cache(n, 16, 16, 3.0f);
     SparseConfig config;
-    config.score = RuleName::two_stage;
-    config.rule_settings.set("shortlist_score", RuleName::channel_bound);
+    config.rule = RuleName::two_stage;
+    config.rule_settings.set("shortlist_rule", RuleName::channel_bound);
     config.rule_settings.set("shortlist", 2);
     config.top_k = 1 + trial % 4;
     config.scale = 0.25f;
@@ -500,14 +500,14 @@ TEST_CASE("operators check the summaries the rule reads, and only RegisteredRule
   const auto q = test::random_floats(16);
   const Eigen::Map<const RowMatrix> query(q.data(), 1, 16);
   SparseConfig config;
-  config.score = RuleName::sub_block_means;
+  config.rule = RuleName::sub_block_means;
   BlockSparseDecode<> rule(config);
   REQUIRE_THROWS_WITH(
       rule.select(query, KvHead<KvView<float>>{cache.view(), &means}),
-      Catch::Contains("score submean reads summaries with channel_bounds=0 "
+      Catch::Contains("rule submean reads summaries with channel_bounds=0 "
                       "value_norms=0 sub_blocks=4") &&
           Catch::Contains("built with channel_bounds=0 value_norms=0 sub_blocks=0"));
-  // A template selector brings its own needs: config.score does not apply to it.
+  // A template selector brings its own needs: config.rule does not apply to it.
   BlockSparseDecode<MeanPooledRule> plain(config, MeanPooledRule{});
   REQUIRE_NOTHROW(plain.select(query, KvHead<KvView<float>>{cache.view(), &means}));
 }

@@ -41,7 +41,7 @@ std::vector<std::int64_t> selected(const BlockSparseDecode<>& op, std::int64_t h
 std::vector<std::int64_t> select_with(RuleName rule, const test::TestCache<float>& cache,
                                       const BlockSummaries& summaries, const std::vector<float>& q,
                                       SparseConfig config) {
-  config.score = rule;
+  config.rule = rule;
   BlockSparseDecode<> op(config);
   RowMatrix out(1, cache.head_dim);
   std::vector<HeadResult> results(1);
@@ -146,7 +146,7 @@ TEST_CASE("summary precision: f32 ranks as exact mean pooling where bf16 roundin
       config.top_k = 1;
       config.sinks = 0;
       config.window = 0;
-      config.score = rule;
+      config.rule = rule;
       config.summary_precision = precision;
       if (rule == RuleName::sub_block_means) config.set("sub_blocks", "2");
       const auto summaries = BlockSummaries::build(kv, block, required_summaries(config));
@@ -648,7 +648,7 @@ TEST_CASE("block summary memory: the means are 1/B of the keys in f32, half agai
           128 * 64 * 4 + 2 * 128 * 64 * 4 + 3 * 128 * 64 * 2 + 128 * 4 + 64 * 8);
 }
 
-// The names the rules had before issue 34 gave the concept one word still compile (with a
+// The rules' former names still compile (with a
 // deprecation warning, silenced here) and mean the new ones.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"

@@ -32,7 +32,7 @@ SparseConfig random_config(std::mt19937_64& rng) {
   c.window = pick(0, 512);
   c.scope = pick(0, 1) ? SelectionScope::per_group : SelectionScope::per_head;
   const auto rules = registered_rules();
-  c.score = RuleName::named(rules[static_cast<std::size_t>(pick(0, rules.size() - 1))].name);
+  c.rule = RuleName::named(rules[static_cast<std::size_t>(pick(0, rules.size() - 1))].name);
   c.summary_precision = pick(0, 1) ? SummaryPrecision::bf16 : SummaryPrecision::f32;
   c.combine = pick(0, 1) ? GroupCombine::max : GroupCombine::sum;
   if (pick(0, 1)) c.scale = std::uniform_real_distribution<float>(1e-3f, 4.0f)(rng);
@@ -44,10 +44,10 @@ SparseConfig random_config(std::mt19937_64& rng) {
   }
   if (pick(0, 1)) c.rule_settings.set("shortlist", pick(1, 64));
   if (pick(0, 1)) {
-    c.rule_settings.set("shortlist_score",
+    c.rule_settings.set("shortlist_rule",
                         pick(0, 1) ? RuleName::channel_bound : RuleName::mean_pooled);
   }
-  if (c.score == RuleName::sub_block_means || pick(0, 1)) {
+  if (c.rule == RuleName::sub_block_means || pick(0, 1)) {
     // A divisor of block_size (what the sub-block-means rule requires).
     std::vector<std::int64_t> divisors;
     for (std::int64_t d = 1; d <= c.block_size; ++d)
@@ -80,14 +80,14 @@ TEST_CASE("every configuration survives text and JSON round trips", "[config]") 
   }
   // The defaults print as the documented line.
   REQUIRE(to_text(SparseConfig{}) ==
-          "block_size=16 top_k=8 sinks=1 window=64 scope=head score=mean summary_precision=f32 "
+          "block_size=16 top_k=8 sinks=1 window=64 scope=head rule=mean summary_precision=f32 "
           "combine=sum");
   // Unnamed settings keep the base's values; commas separate as well as spaces.
   SparseConfig base;
   base.window = 7;
-  const SparseConfig c = parse_sparse_config("top_k=3,score=bound  scope=group", base);
+  const SparseConfig c = parse_sparse_config("top_k=3,rule=bound  scope=group", base);
   REQUIRE(c.top_k == 3);
-  REQUIRE(c.score == RuleName::channel_bound);
+  REQUIRE(c.rule == RuleName::channel_bound);
   REQUIRE(c.scope == SelectionScope::per_group);
   REQUIRE(c.window == 7);
 }
@@ -101,7 +101,7 @@ TEST_CASE("bad settings are refused naming the setting and the value", "[config]
       {"sinks=-2", {"sinks", "'-2'"}},
       {"window=", {"window", "''"}},
       {"scope=layer", {"scope", "'head' or 'group'", "'layer'"}},
-      {"score=max", {"score", "mean|bound|oracle", "'max'"}},
+      {"rule=max", {"rule", "mean|bound|oracle", "'max'"}},
       {"combine=mean", {"combine", "'sum' or 'max'", "'mean'"}},
       {"summary_precision=f16", {"summary_precision", "'f32' or 'bf16'", "'f16'"}},
       {"scale=0", {"scale", "'0'"}},
@@ -115,11 +115,11 @@ TEST_CASE("bad settings are refused naming the setting and the value", "[config]
       {"top_p=0.9 target_eps=0.1", {"top_p and target_eps", "set one"}},
       {"shortlist=0", {"shortlist", "an integer >= 1", "'0'"}},
       {"sub_blocks=0", {"sub_blocks", "an integer >= 1", "'0'"}},
-      {"shortlist_score=oracle", {"shortlist_score", "reads only summaries", "'oracle'"}},
-      {"shortlist_score=twostage", {"shortlist_score", "mean|bound|submean", "'twostage'"}},
-      {"shortlist_score=quest", {"shortlist_score", "'quest'"}},
-      {"score=submean sub_blocks=3", {"score submean keeps 3 sub-blocks", "block_size 16"}},
-      {"score=submean block_size=6", {"score submean keeps 4 sub-blocks", "block_size 6"}},
+      {"shortlist_rule=oracle", {"shortlist_rule", "reads only summaries", "'oracle'"}},
+      {"shortlist_rule=twostage", {"shortlist_rule", "mean|bound|submean", "'twostage'"}},
+      {"shortlist_rule=quest", {"shortlist_rule", "'quest'"}},
+      {"rule=submean sub_blocks=3", {"rule submean keeps 3 sub-blocks", "block_size 16"}},
+      {"rule=submean block_size=6", {"rule submean keeps 4 sub-blocks", "block_size 6"}},
       {"topk=3", {"no setting 'topk'", "top_k"}},
       {"top_k", {"expected name=value", "'top_k'"}},
   };
@@ -183,8 +183,8 @@ TEST_CASE("validate() checks fields set in C++ against the same rows as the text
       {"top_p must be a number in (0, 1]", [](SparseConfig& c) { c.top_p = 0.0; }, "got 0"},
       {"shortlist must be an integer >= 1",
        [](SparseConfig& c) { c.rule_settings.set("shortlist", 0); }, "got 0"},
-      {"shortlist_score must be a rule that reads only summaries: mean|bound|submean",
-       [](SparseConfig& c) { c.rule_settings.set("shortlist_score", RuleName::oracle); },
+      {"shortlist_rule must be a rule that reads only summaries: mean|bound|submean",
+       [](SparseConfig& c) { c.rule_settings.set("shortlist_rule", RuleName::oracle); },
        "got oracle"},
       {"sub_blocks must be an integer >= 1",
        [](SparseConfig& c) { c.rule_settings.set("sub_blocks", -1); }, "got -1"},
@@ -201,7 +201,7 @@ TEST_CASE("validate() checks fields set in C++ against the same rows as the text
   std::set<std::string> checked;
   for (const auto& [what, set, got] : cases) checked.insert(what.substr(0, what.find(' ')));
   for (const SparseSetting& s : sparse_settings()) {
-    if (s.name != "score") CHECK(checked.count(std::string(s.name)) == 1);
+    if (s.name != "rule") CHECK(checked.count(std::string(s.name)) == 1);
   }
   // A refused value leaves the field as it was.
   SparseConfig c;
@@ -225,13 +225,13 @@ TEST_CASE("the command-line options come from the table, with its names and erro
     return options.config();
   };
   const SparseConfig c =
-      parse({"--block-size", "32", "--top-k", "2", "--score", "oracle", "--scope", "group",
+      parse({"--block-size", "32", "--top-k", "2", "--rule", "oracle", "--scope", "group",
              "--combine", "max", "--target-eps", "0.05", "--max-k", "9", "--scale", "0.5"},
             {});
   SparseConfig expected;
   expected.block_size = 32;
   expected.top_k = 2;
-  expected.score = RuleName::oracle;
+  expected.rule = RuleName::oracle;
   expected.scope = SelectionScope::per_group;
   expected.combine = GroupCombine::max;
   expected.target_eps = 0.05;
@@ -239,6 +239,12 @@ TEST_CASE("the command-line options come from the table, with its names and erro
   expected.scale = 0.5f;
   REQUIRE(c == expected);
   REQUIRE(parse({}, {}) == SparseConfig{});  // nothing given: the defaults
+  // The former flags still work, as the same options.
+  SparseConfig twostage;
+  twostage.rule = RuleName::two_stage;
+  twostage.rule_settings.set("shortlist_rule", RuleName::channel_bound);
+  REQUIRE(parse({"--score", "twostage", "--shortlist-score", "bound"}, {}) == twostage);
+  REQUIRE(parse({"--rule", "twostage", "--shortlist-rule", "bound"}, {}) == twostage);
   // Errors are the settings' own.
   CHECK(message_of([&] {
           parse({"--scope", "layer"}, {});
@@ -267,7 +273,7 @@ TEST_CASE("the rule registry: names, needs, and each rule as its selector scores
         std::string::npos);
   CHECK(required_summaries(SparseConfig{}).channel_bounds == false);
   SparseConfig bound;
-  bound.score = RuleName::channel_bound;
+  bound.rule = RuleName::channel_bound;
   CHECK(required_summaries(bound).channel_bounds);
   CHECK_FALSE(required_summaries(bound).value_norms);
   SparseConfig adaptive;
@@ -275,7 +281,7 @@ TEST_CASE("the rule registry: names, needs, and each rule as its selector scores
   CHECK(required_summaries(adaptive).channel_bounds);
   CHECK(required_summaries(adaptive).value_norms);
   SparseConfig sub;
-  sub.score = RuleName::sub_block_means;
+  sub.rule = RuleName::sub_block_means;
   CHECK(required_summaries(sub).sub_blocks == 4);
   sub.rule_settings.set("sub_blocks", 8);
   CHECK(required_summaries(sub).sub_blocks == 8);
@@ -301,7 +307,7 @@ TEST_CASE("the rule registry: names, needs, and each rule as its selector scores
   };
   for (const RuleName rule : {RuleName::mean_pooled, RuleName::channel_bound, RuleName::oracle,
                               RuleName::sub_block_means}) {
-    config.score = rule;
+    config.rule = rule;
     const std::vector<float> got = run(RegisteredRule(config));
     // The registry makes each name's rule class (used here directly, as a BlockRuleLike).
     const std::vector<float> expected = rule == RuleName::mean_pooled     ? run(MeanPooledRule{})
@@ -373,4 +379,29 @@ TEST_CASE("adaptive selection runs inside BlockSparseDecode, per head and per gr
   BlockSparseDecode<> plain(top_k);
   CHECK(message_of([&] { static_cast<void>(plain.needed_k(0)); }).find("no adaptive selection") !=
         std::string::npos);
+}
+
+TEST_CASE("settings are read under their former names, and only once", "[config]") {
+  SparseConfig expected;
+  expected.rule = RuleName::two_stage;
+  expected.rule_settings.set("shortlist_rule", RuleName::channel_bound);
+  // Text and JSON written before the renames (score, shortlist_score) read as they meant.
+  REQUIRE(parse_sparse_config("score=twostage shortlist_score=bound") == expected);
+  REQUIRE(sparse_config_from_json(nlohmann::json::parse(
+              R"({"score": "twostage", "shortlist_score": "bound"})")) == expected);
+  REQUIRE(sparse_setting("score").name == "rule");
+  REQUIRE(sparse_setting("shortlist_score").name == "shortlist_rule");
+  // The former name reaches the same value through the rule settings' own accessors.
+  REQUIRE(expected.rule_settings.get<RuleName>("shortlist_score") == RuleName::channel_bound);
+  // Only the current names are written.
+  REQUIRE(to_text(expected).find("score") == std::string::npos);
+  REQUIRE(to_json(expected).contains("rule"));
+  REQUIRE_FALSE(to_json(expected).contains("score"));
+  // A setting given under both names is refused, naming it.
+  CHECK(message_of([] {
+          parse_sparse_config("rule=mean score=bound");
+        }).find("amc::parse_sparse_config: rule is given twice") != std::string::npos);
+  CHECK(message_of([] {
+          sparse_config_from_json(nlohmann::json::parse(R"({"rule": "mean", "score": "bound"})"));
+        }).find("gives the setting rule a second time") != std::string::npos);
 }

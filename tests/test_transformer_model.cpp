@@ -444,7 +444,7 @@ TEST_CASE("sparse decode whose support covers every position gives the dense tok
       config.sinks = 0;
       config.window = 0;
       config.scope = scope;
-      config.score = score;
+      config.rule = score;
       SessionOptions o = sparse_options(config);
       o.retained_mass = true;
       const Run sparse = greedy(checkpoint, o, prompt, 24);
@@ -483,7 +483,7 @@ TEST_CASE("sparse decode with a small support runs per head and per group, every
       config.sinks = 2;
       config.window = 8;
       config.scope = scope;
-      config.score = score;
+      config.rule = score;
       SessionOptions o = sparse_options(config, 2);
       o.retained_mass = true;
       Session session(checkpoint, o);
@@ -779,7 +779,7 @@ TEST_CASE("set_decode switches decode attention without a new prefill", "[qwen2]
   mean.top_k = 2;
   mean.window = 16;
   amc::SparseConfig bound = mean;
-  bound.score = amc::RuleName::channel_bound;
+  bound.rule = amc::RuleName::channel_bound;
   bound.block_size = 4;
 
   auto reference = [&](const SessionOptions& o) {
@@ -838,7 +838,7 @@ TEST_CASE("summaries_for keeps block summaries on a dense session", "[qwen2]") {
   bound.block_size = 8;
   bound.top_k = 2;
   bound.window = 16;
-  bound.score = amc::RuleName::channel_bound;
+  bound.rule = amc::RuleName::channel_bound;
 
   // After the (dense) prefill, a dense session that keeps the bound rule's summaries holds the
   // summaries a sparse session holds: each block's mean key and channel bounds.

@@ -237,10 +237,10 @@ int main() {
         config.sinks = kSinks;
         config.window = kWindow;
         config.scope = scope;
-        config.score = rule;
+        config.rule = rule;
         config.combine = amc::GroupCombine::sum;  // per-group: sum of per-head softmaxed scores
 
-        amc::BlockSparseDecode<> sparse(config);  // the selector follows config.score
+        amc::BlockSparseDecode<> sparse(config);  // the selector follows config.rule
         const amc::KvHead<amc::KvView<amc::bf16>> head{kv, &summaries.at(block_size)};
         Outputs got;
         const double us =

@@ -53,7 +53,7 @@ int main() {
   config.sinks = 4;
   config.window = 64;
   config.scope = amc::SelectionScope::per_group;  // one support for the 7 heads
-  amc::BlockSparseDecode<> sparse(config);        // the rule config.score names: mean pooling
+  amc::BlockSparseDecode<> sparse(config);        // the rule config.rule names: mean pooling
   amc::RowMatrix sparse_out(group, head_dim);
   std::vector<amc::HeadResult> sparse_results(group);
   attend_group(sparse, queries, amc::KvHead<amc::KvView<float>>{kv, &summaries}, sparse_out,

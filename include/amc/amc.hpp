@@ -6,7 +6,7 @@
 #include "amc/attention/block_summaries.hpp"
 #include "amc/attention/decode.hpp"
 #include "amc/attention/layer_decode.hpp"
-#include "amc/attention/selectors.hpp"
+#include "amc/attention/registered_rule.hpp"
 #include "amc/attention/softmax_state.hpp"
 #include "amc/attention/sparse_config.hpp"
 #include "amc/attention/support.hpp"

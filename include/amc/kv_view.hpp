@@ -190,7 +190,7 @@ class PagedKvView {
   std::int64_t positions_ = 0;
 };
 
-/// What operators and selectors need of a KV view: its storage type, its extent, random access
+/// What operators and rules need of a KV view: its storage type, its extent, random access
 /// to rows and iteration over memory-contiguous runs of rows.
 template <class V>
 concept KvViewLike = requires(const V& view, std::int64_t position) {

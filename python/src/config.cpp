@@ -4,8 +4,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "amc/amc.hpp"
 #include "bindings.hpp"
@@ -45,8 +48,14 @@ py::object setting_value(const SparseSetting& setting, const SparseConfig& confi
 }
 
 void apply_settings(SparseConfig& config, const py::kwargs& settings) {
+  std::vector<const SparseSetting*> seen;  // by its name and its former name: refused
   for (const auto& [key, value] : settings) {
     const SparseSetting& setting = sparse_setting(key.cast<std::string>());
+    if (std::find(seen.begin(), seen.end(), &setting) != seen.end()) {
+      fail("amc::SparseConfig: " + std::string(setting.name) + " is given twice (" +
+           std::string(setting.former_name) + " is its former name)");
+    }
+    seen.push_back(&setting);
     setting.set(config, setting_text(setting, value));
   }
 }
@@ -109,13 +118,16 @@ void bind_config(py::module_& m) {
         return out + ")";
       });
   for (const SparseSetting& s : sparse_settings()) {
-    const std::string name(s.name);
-    config_class.def_property(
-        name.c_str(), [&s](const SparseConfig& c) { return setting_value(s, c); },
-        [&s](SparseConfig& c, py::handle value) {
-          s.set(c, setting_text(s, value));  // a refused value leaves c as it was
-        },
-        std::string(s.help).c_str());
+    // The setting's attribute, and under its former name (score: rule) the same one.
+    for (const std::string_view name : {s.name, s.former_name}) {
+      if (name.empty()) continue;
+      config_class.def_property(
+          std::string(name).c_str(), [&s](const SparseConfig& c) { return setting_value(s, c); },
+          [&s](SparseConfig& c, py::handle value) {
+            s.set(c, setting_text(s, value));  // a refused value leaves c as it was
+          },
+          std::string(s.help).c_str());
+    }
   }
   m.def(
       "settings",

@@ -14,11 +14,11 @@ from conftest import random_qkv, softmax_attention
 
 CASES = [
     {},
-    {"scope": "group", "combine": "max", "score": "bound", "block_size": 8, "top_k": 3},
-    {"score": "oracle", "block_size": 4, "top_k": 5, "sinks": 0},
+    {"scope": "group", "combine": "max", "rule": "bound", "block_size": 8, "top_k": 3},
+    {"rule": "oracle", "block_size": 4, "top_k": 5, "sinks": 0},
     {"target_eps": 0.01, "block_size": 8},
     {"target_eps": 0.001, "max_k": 4, "scope": "group", "block_size": 16},
-    {"score": "twostage", "top_k": 2},
+    {"rule": "twostage", "top_k": 2},
     {"top_p": 0.8, "top_k": 6},
 ]
 

@@ -8,8 +8,8 @@ import amc
 
 # The defaults of amc::SparseConfig, written out here so that a change on either side fails.
 DEFAULTS = {"block_size": 16, "top_k": 8, "sinks": 1, "window": 64, "scope": "head",
-            "score": "mean", "summary_precision": "f32", "combine": "sum", "scale": None, "target_eps": None, "max_k": None,
-            "top_p": None, "shortlist": None, "shortlist_score": None, "sub_blocks": None}
+            "rule": "mean", "summary_precision": "f32", "combine": "sum", "scale": None, "target_eps": None, "max_k": None,
+            "top_p": None, "shortlist": None, "shortlist_rule": None, "sub_blocks": None}
 
 
 def test_defaults_and_names():
@@ -23,25 +23,38 @@ def test_every_rules_own_settings_are_settings():
     # A rule's own settings (RuleInfo::settings in its C++ header) reach Python with no code of
     # their own: rows of amc.settings(), attributes, keywords, to_dict, text and ==.
     own = [(r["name"], name) for r in amc.rules() for name in r["settings"]]
-    assert own == [("twostage", "shortlist"), ("twostage", "shortlist_score"),
+    assert own == [("twostage", "shortlist"), ("twostage", "shortlist_rule"),
                    ("submean", "sub_blocks")]
     rows = {s["name"]: s for s in amc.settings()}
     for rule, name in own:
         assert rows[name]["optional"] and rows[name]["default"] is None, name
         assert hasattr(amc.SparseConfig, name), name
         value = "bound" if rows[name]["kind"] == "name" else 2
-        config = amc.SparseConfig(score=rule, **{name: value})
+        config = amc.SparseConfig(rule=rule, **{name: value})
         assert getattr(config, name) == value and config.to_dict()[name] == value
         assert amc.SparseConfig.parse(config.to_text()) == config
-        assert config != amc.SparseConfig(score=rule)
+        assert config != amc.SparseConfig(rule=rule)
         setattr(config, name, None)
-        assert config == amc.SparseConfig(score=rule)
+        assert config == amc.SparseConfig(rule=rule)
 
 
-@pytest.mark.parametrize("score", ["mean", "bound", "oracle", "twostage", "submean"])
-def test_rules_by_name(score):
-    config = amc.SparseConfig(score=score, top_k=3, scope="group", combine="max")
-    assert (config.score, config.top_k, config.scope, config.combine) == (score, 3, "group", "max")
+@pytest.mark.parametrize("rule", ["mean", "bound", "oracle", "twostage", "submean"])
+def test_rules_by_name(rule):
+    config = amc.SparseConfig(rule=rule, top_k=3, scope="group", combine="max")
+    assert (config.rule, config.top_k, config.scope, config.combine) == (rule, 3, "group", "max")
+
+
+def test_former_names_still_read():
+    # score and shortlist_score, the settings' former names, are read as rule and shortlist_rule
+    # (keywords, attributes, text), so that earlier scripts keep working; only the new names are
+    # written.
+    config = amc.SparseConfig(score="twostage", shortlist_score="bound")
+    assert config == amc.SparseConfig(rule="twostage", shortlist_rule="bound")
+    assert config.score == "twostage" and config.shortlist_score == "bound"
+    assert "score" not in config.to_dict() and config.to_dict()["rule"] == "twostage"
+    assert amc.SparseConfig.parse("score=bound") == amc.SparseConfig(rule="bound")
+    with pytest.raises(amc.Error, match="rule is given twice"):
+        amc.SparseConfig.parse("rule=mean score=bound")
 
 
 def test_attributes_text_and_copies():
@@ -61,7 +74,7 @@ def test_attributes_text_and_copies():
     assert other.max_k is None
     assert config.replace(top_k=1).top_k == 1
     assert amc.SparseConfig(sinks=4, window=32, top_k=2).nominal_support() == 4 + 32 + 2 * 16
-    assert amc.SparseConfig(score="submean", sub_blocks=2).required_summaries()["sub_blocks"] == 2
+    assert amc.SparseConfig(rule="submean", sub_blocks=2).required_summaries()["sub_blocks"] == 2
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -70,14 +83,14 @@ def test_attributes_text_and_copies():
     ({"top_k": 2.5}, "top_k must be an integer >= 0, got '2.5'"),
     ({"top_k": True}, "top_k must be an integer >= 0, got 'True'"),
     ({"scope": "layer"}, "scope must be 'head' or 'group', got 'layer'"),
-    ({"score": "best"}, "score must be one of mean|bound|oracle|twostage|submean, got 'best'"),
+    ({"rule": "best"}, "rule must be one of mean|bound|oracle|twostage|submean, got 'best'"),
     ({"combine": "mean"}, "combine must be 'sum' or 'max', got 'mean'"),
     ({"target_eps": 1.5}, "target_eps must be a number in [0, 1], got '1.5'"),
     ({"max_k": 3}, "amc::SparseConfig::validate: max_k needs target_eps"),
     ({"top_p": 0.9, "target_eps": 0.1}, "top_p and target_eps are two adaptive budgets"),
     ({"scale": float("inf")}, "scale must be a positive finite number, got 'inf'"),
-    ({"shortlist_score": "oracle"}, "shortlist_score must be a rule that reads only summaries"),
-    ({"score": "submean", "sub_blocks": 3}, "which must divide block_size 16"),
+    ({"shortlist_rule": "oracle"}, "shortlist_rule must be a rule that reads only summaries"),
+    ({"rule": "submean", "sub_blocks": 3}, "which must divide block_size 16"),
     ({"windw": 3}, "amc::SparseConfig: no setting 'windw' (settings: block_size, top_k"),
     ({"window": None}, "amc::SparseConfig: window cannot be unset (None)"),
 ])

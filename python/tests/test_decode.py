@@ -188,7 +188,7 @@ def test_summaries_built_appended_and_used(rng):
             if len(sub):
                 np.testing.assert_allclose(s.sub_block_means[4 * b + j], sub.mean(0), rtol=1e-6,
                                            atol=1e-7)
-    built = amc.build_summaries(k, v, amc.SparseConfig(score="bound"))
+    built = amc.build_summaries(k, v, amc.SparseConfig(rule="bound"))
     assert len(built) == 2 and built[1].options["channel_bounds"]
     # Appending the positions a cache gained equals building from scratch.
     grown = amc.build_summaries(k[:, :40], v[:, :40])
@@ -206,8 +206,8 @@ def test_summaries_built_appended_and_used(rng):
         fresh[0].channel_min
     with pytest.raises(amc.Error, match="cover 70 positions, more than k's 40"):
         amc.update_summaries(grown, k[:, :40], v[:, :40])
-    with pytest.raises(amc.Error, match="score bound reads summaries with channel_bounds=1"):
-        amc.sparse_decode(q, k, v, score="bound", summaries=fresh)
+    with pytest.raises(amc.Error, match="rule bound reads summaries with channel_bounds=1"):
+        amc.sparse_decode(q, k, v, rule="bound", summaries=fresh)
     with pytest.raises(amc.Error, match="summaries has 1 entries, expected one"):
         amc.sparse_decode(q, k, v, summaries=fresh[:1])
 

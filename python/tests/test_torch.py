@@ -123,7 +123,7 @@ def test_real_sparse_setting_runs(tiny):
     # It read fewer positions than the cache holds, so its logits are not dense's.
     assert relative(logits, dense_logits) > 1e-5
     # Per-group scope with the bound rule and adaptive selection run too.
-    for settings in ({"scope": "group", "score": "bound"}, {"target_eps": 0.05, "max_k": 4}):
+    for settings in ({"scope": "group", "rule": "bound"}, {"target_eps": 0.05, "max_k": 4}):
         tokens, logits = greedy(tiny, amc.torch.make_decode_attention(**settings), steps=3)
         assert torch.isfinite(logits).all()
 
@@ -223,7 +223,7 @@ def test_kv_summaries_follow_crop_and_reordering():
     """crop and select_rows leave each row's summaries equal to ones built from scratch over
     the row's cache as it now is."""
     torch.manual_seed(0)
-    config = amc.SparseConfig(block_size=8, top_k=2, score="bound")
+    config = amc.SparseConfig(block_size=8, top_k=2, rule="bound")
     keys, values = torch.randn(3, 2, 61, 16), torch.randn(3, 2, 61, 16)
     los = [0, 5, 2]
     store = amc.torch.KvSummaries()

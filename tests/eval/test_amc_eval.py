@@ -22,7 +22,7 @@
 - --kv-dtype and --rope-angles: runs.jsonl records the resolved values and what was asked for
   (auto: the weights' dtype, config.json's amc_rope_angles else transformers); --resume refuses
   a changed choice, and a changed selection setting of those outside the original six (--top-p,
-  --shortlist, --shortlist-score, --sub-blocks).
+  --shortlist, --shortlist-rule, --sub-blocks).
 - Refusals: exit status 2 and one line on stderr naming the problem.
 
 usage: test_amc_eval.py PATH/TO/amc-synth PATH/TO/amc-eval
@@ -274,7 +274,7 @@ def main():
         # Every selection setting the sweep takes is recorded, those that are unset as null.
         for flag, value, key, shown in (("--top-p", "0.9", "top_p", "0.9"),
                                         ("--shortlist", "2", "shortlist", "2"),
-                                        ("--shortlist-score", "bound", "shortlist_score", '"bound"'),
+                                        ("--shortlist-rule", "bound", "shortlist_rule", '"bound"'),
                                         ("--sub-blocks", "2", "sub_blocks", "2")):
             check_refusal(sweep + ["--out", resumed, "--resume", flag, value],
                           ["--resume", f"{key} = null", f"{key} = {shown}"])
@@ -424,9 +424,9 @@ def main():
         written = sorted(set(os.listdir(retrieval)) - {"retrieval_gnuplot.log"})  # if it warned
         check(written == sorted(names), f"retrieval wrote {written}, expected {sorted(names)}")
         header, rows = read_csv(os.path.join(retrieval, "retrieval.csv"))
-        check(header.startswith("selector,block_size,k,context,depth,trials,hit_rate,"),
+        check(header.startswith("rule,block_size,k,context,depth,trials,hit_rate,"),
               f"retrieval.csv header {header}")
-        check(len(rows) == 3 * 2, f"retrieval.csv has {len(rows)} rows, expected 3 selectors x 2 B")
+        check(len(rows) == 3 * 2, f"retrieval.csv has {len(rows)} rows, expected 3 rules x 2 B")
         if have_gnuplot:
             check_redraw(retrieval, "retrieval.gp", "retrieval")
         check_refusal([amc_eval, "retrieval", "--ks", "0", "--out", os.path.join(tmp, "bad-retrieval")],

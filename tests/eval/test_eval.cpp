@@ -193,7 +193,7 @@ TEST_CASE("the layer probe's mass, error norm and recall match a double recomput
       config.sinks = 1;
       config.window = 8;
       config.scope = scope;
-      config.score = score;
+      config.rule = score;
       INFO("scope " << amc::to_string(scope) << ", score " << amc::to_string(score));
       LayerProbe probe(cfg, config);
       Independent reference{std::vector<double>(static_cast<std::size_t>(cells), 0.0),

@@ -1,4 +1,4 @@
-// The passkey probe of amc-eval (examples/eval/passkey_*.hpp): prompts against a plain byte
+// The passkey probe of amc-eval (tools/eval/passkey_*.hpp): prompts against a plain byte
 // computation, the draws, refusals that name the flag, the command end to end on the trained
 // tiny checkpoint (data/qwen2-tiny) with a covering support that must equal dense, and the
 // "planted in support" count at its two extremes (the value in the window: 1; a value longer
@@ -335,17 +335,17 @@ TEST_CASE(
       AMC_CONTAINS("| context | depth | dense | mean 81 | mean 273 | bound 81 | bound 273 |"));
 
   const auto cells = read_csv(out / "passkey.csv");
-  REQUIRE(cells.size() == 2 * (1 + 2 * 2));  // depths x (dense + selectors x supports)
+  REQUIRE(cells.size() == 2 * (1 + 2 * 2));  // depths x (dense + rules x supports)
   int dense_rows = 0;
   double small_mass = 0.0, small_planted = 0.0;
   for (const auto& c : cells) {
-    INFO(c.at("selector") << " " << c.at("support") << " depth " << c.at("depth"));
+    INFO(c.at("rule") << " " << c.at("support") << " depth " << c.at("depth"));
     CHECK(c.at("context") == "256");
     CHECK(c.at("trials") == "2");
     CHECK(c.at("block_size") == "16");
     CHECK(c.at("window") == "64");
     CHECK(c.at("digits") == "5");
-    if (c.at("selector") == "dense") {
+    if (c.at("rule") == "dense") {
       ++dense_rows;
       CHECK(c.at("support").empty());
       CHECK(std::stod(c.at("mean_retained_mass")) == 1.0);
@@ -374,7 +374,7 @@ TEST_CASE(
   for (const auto& t : trials) {
     CHECK(t.at("digits").size() == 5);
     CHECK(t.at("context") == "256");
-    if (t.at("selector") == "dense")
+    if (t.at("rule") == "dense")
       dense_answers[t.at("depth") + "/" + t.at("trial")] = t.at("answer");
   }
   REQUIRE(dense_answers.size() == 4);
@@ -423,7 +423,7 @@ TEST_CASE(
   for (const amc::RuleName rule : {amc::RuleName::mean_pooled, amc::RuleName::oracle}) {
     for (const amc::SelectionScope scope :
          {amc::SelectionScope::per_head, amc::SelectionScope::per_group}) {
-      in_window.score = rule;
+      in_window.rule = rule;
       in_window.scope = scope;
       const PasskeyAnswer a = runner.answer(digits, in_window);
       INFO(amc::to_string(rule) << " " << amc::to_string(scope));
@@ -446,7 +446,7 @@ TEST_CASE(
   CHECK(dense.planted_by_layer.empty());
   for (const amc::RuleName rule : {amc::RuleName::mean_pooled, amc::RuleName::oracle}) {
     amc::SparseConfig small = base;
-    small.score = rule;
+    small.rule = rule;
     const PasskeyAnswer a = runner.answer(digits, small);
     CHECK(a.planted_in_support == 0.0);
     CHECK(a.planted_by_layer == std::vector<double>(4, 0.0));
@@ -469,7 +469,7 @@ TEST_CASE(
                       (dir / "out").string()) == 0);
   int sparse_cells = 0;
   for (const auto& c : read_csv(dir / "out" / "passkey.csv")) {
-    if (c.at("selector") == "dense") continue;
+    if (c.at("rule") == "dense") continue;
     ++sparse_cells;
     CHECK(c.at("k") == "1");
     CHECK(std::stod(c.at("planted_in_support")) == 0.0);

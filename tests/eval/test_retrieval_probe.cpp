@@ -1,4 +1,4 @@
-// The retrieval probe of amc-eval (examples/eval/retrieval_probe.hpp): the oracle retrieves
+// The retrieval probe of amc-eval (tools/eval/retrieval_probe.hpp): the oracle retrieves
 // every strong needle, mean pooling loses needles as blocks grow (docs/theory.md section 6), one
 // cell recomputed in double with plain loops, the outputs, and refusals that name the flag.
 #include <CLI/CLI.hpp>
@@ -25,13 +25,13 @@ using amc::eval::RetrievalProbeResult;
 using amc::transformer::test::read_file;
 using amc::transformer::test::TempDir;
 
-/// Mean hit rate over depths of the rows of one (selector, block size), all else fixed.
-double hit_rate(const std::vector<RetrievalProbeResult>& rows, RuleName selector,
+/// Mean hit rate over depths of the rows of one (rule, block size), all else fixed.
+double hit_rate(const std::vector<RetrievalProbeResult>& rows, RuleName rule,
                 std::int64_t block_size) {
   double sum = 0.0;
   int count = 0;
   for (const auto& r : rows) {
-    if (r.selector == selector && r.block_size == block_size) {
+    if (r.rule == rule && r.block_size == block_size) {
       sum += r.hit_rate;
       ++count;
     }
@@ -50,7 +50,7 @@ TEST_CASE("retrieval probe: the oracle retrieves every needle whose score beats 
   options.depths = {0.2, 0.6};
   options.trials = 8;
   options.strength = 5.0;  // > ln 64: the needle's block outweighs any block of 64 distractors
-  options.selectors = {RuleName::oracle};
+  options.rules = {RuleName::oracle};
   const auto rows = amc::eval::run_retrieval_probe(options);
   REQUIRE(rows.size() == 4 * 2 * 2);
   for (const auto& r : rows) {
@@ -70,7 +70,7 @@ TEST_CASE("retrieval probe: mean pooling dilutes the needle as blocks grow") {
   options.ks = {2};
   options.trials = 32;  // x 5 depths: 160 needles per block size
   options.strength = 6.0;
-  options.selectors = {RuleName::mean_pooled};
+  options.rules = {RuleName::mean_pooled};
   const auto rows = amc::eval::run_retrieval_probe(options);
   std::vector<double> rates;
   for (const std::int64_t b : options.block_sizes)
@@ -99,8 +99,8 @@ TEST_CASE("retrieval probe: one cell against block means and channel bounds in d
   options.ks = {4};
   options.depths = {0.5};
   options.trials = 24;
-  options.strength = 3.0;  // moderate: the mean selector both hits and misses
-  options.selectors = {RuleName::mean_pooled, RuleName::channel_bound};
+  options.strength = 3.0;  // moderate: the mean rule both hits and misses
+  options.rules = {RuleName::mean_pooled, RuleName::channel_bound};
   const auto rows = amc::eval::run_retrieval_probe(options);
   REQUIRE(rows.size() == 2);
 
@@ -134,7 +134,7 @@ TEST_CASE("retrieval probe: one cell against block means and channel bounds in d
 
       std::vector<double> block_scores;  // [last - first]
       for (std::int64_t b = first; b < last; ++b) {
-        if (row.selector == RuleName::mean_pooled) {
+        if (row.rule == RuleName::mean_pooled) {
           double sum = 0.0;
           for (std::int64_t p = b * block_size; p < (b + 1) * block_size; ++p) sum += scores[p];
           block_scores.push_back(sum / block_size);
@@ -163,14 +163,14 @@ TEST_CASE("retrieval probe: one cell against block means and channel bounds in d
         ++ambiguous;
         continue;
       }
-      INFO(amc::to_string(row.selector) << " trial " << t);
+      INFO(amc::to_string(row.rule) << " trial " << t);
       CHECK(static_cast<bool>(row.trial_hits[t]) == expected_hit);
       (expected_hit ? hits : misses) += 1;
     }
-    INFO(amc::to_string(row.selector)
-         << ": " << hits << " hits, " << misses << " misses, " << ambiguous << " ambiguous");
+    INFO(amc::to_string(row.rule) << ": " << hits << " hits, " << misses << " misses, " << ambiguous
+                                  << " ambiguous");
     CHECK(ambiguous <= 1);
-    if (row.selector == RuleName::mean_pooled) {  // the cell discriminates
+    if (row.rule == RuleName::mean_pooled) {  // the cell discriminates
       CHECK(hits > 0);
       CHECK(misses > 0);
     }
@@ -188,8 +188,8 @@ TEST_CASE("retrieval probe: a needle is retrieved exactly when its block ranks w
   const auto rows = amc::eval::run_retrieval_probe(options);
   REQUIRE(rows.size() == 3 * 2 * 3 * 3);
   for (const auto& r : rows) {
-    INFO(amc::to_string(r.selector) << " B " << r.block_size << " k " << r.k << " depth " << r.depth
-                                    << " rank " << r.mean_rank);
+    INFO(amc::to_string(r.rule) << " B " << r.block_size << " k " << r.k << " depth " << r.depth
+                                << " rank " << r.mean_rank);
     CHECK((r.hits == 1) == (r.mean_rank <= static_cast<double>(r.k)));
     CHECK(r.chance == Approx(std::min(1.0, static_cast<double>(r.k) /
                                                static_cast<double>(r.candidate_blocks))));
@@ -213,7 +213,7 @@ TEST_CASE("retrieval command: writes every output, atomically, from the flags") 
   REQUIRE(run);
   REQUIRE(run() == 0);
   const std::string csv = read_file(out / "retrieval.csv");
-  REQUIRE(csv.rfind("selector,block_size,k,context,depth,trials,hit_rate,", 0) == 0);
+  REQUIRE(csv.rfind("rule,block_size,k,context,depth,trials,hit_rate,", 0) == 0);
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 3 * 2 * 2 * 2 * 2);
   const std::string md = read_file(out / "retrieval.md");
   CHECK_THAT(md, AMC_CONTAINS("| context | k | B | mean | bound | oracle | chance | lift |"));

@@ -1,4 +1,4 @@
-// Sharded sweeps (examples/eval/shard.hpp, merge.hpp): --shard parsing and its refusals, shards
+// Sharded sweeps (tools/eval/shard.hpp, merge.hpp): --shard parsing and its refusals, shards
 // partitioning the run list for many N, and on the trained tiny checkpoint (data/qwen2-tiny)
 // three shards run in another order, one of them interrupted and resumed, merged into tables
 // byte-identical to the unsharded sweep's; then merge's refusals (shards of other settings,
@@ -349,13 +349,13 @@ TEST_CASE("merge refuses shards of other sweeps, missing, unfinished and repeate
     const char* value;
   };
   for (const Changed& c : {Changed{"top_p", "0.9"}, Changed{"shortlist", "2"},
-                           Changed{"shortlist_score", "bound"}, Changed{"sub_blocks", "2"}}) {
+                           Changed{"shortlist_rule", "bound"}, Changed{"sub_blocks", "2"}}) {
     INFO(c.name);
     const fs::path dir = s.dir / (std::string("changed-") + c.name);
     SweepArguments changed = shard_arguments(s.base, "1/3", dir);
     amc::sparse_setting(c.name).set(changed.common.sparse, c.value);
     REQUIRE(run_sweep(changed) == 0);
-    const std::string shown = c.name == std::string("shortlist_score")
+    const std::string shown = c.name == std::string("shortlist_rule")
                                   ? std::string("\"") + c.value + "\""
                                   : std::string(c.value);
     check_merge_refused(
@@ -472,4 +472,22 @@ TEST_CASE("--shard refused before the model is read; --resume keeps a shard's sw
   const fs::path done = copy_dir(s.shards[0], s.dir / "resume-done");
   REQUIRE(run_sweep(resume("0/3", done)) == 0);
   CHECK(read_file(done / "summary.csv") == read_file(s.shards[0] / "summary.csv"));
+}
+
+TEST_CASE("settings recorded under former names read as the names now", "[shard]") {
+  // Records written when the rule setting was called "score" (and two-stage's first stage
+  // "shortlist_score") must still resume and merge with records written since.
+  const Json old = Json::parse(
+      R"({"block_size": 16, "score": "twostage", "shortlist_score": "bound", "sinks": 1})");
+  const Json now = with_current_setting_names(old);
+  REQUIRE(now.dump() ==
+          R"({"block_size":16,"rule":"twostage","shortlist_rule":"bound","sinks":1})");
+  REQUIRE(with_current_setting_names(now) == now);  // current names are left as they are
+  TempDir dir("former_setting_names");
+  write(dir.path() / "runs.jsonl",
+        R"({"context": 256, "prefix": 0, "support": 81, "settings": {"score": "mean"}})"
+        "\n");
+  const RunFile file = read_run_file(dir.path() / "runs.jsonl");
+  REQUIRE(file.records.size() == 1);
+  REQUIRE(file.records[0].at("settings").dump() == R"({"rule":"mean"})");
 }

@@ -24,7 +24,7 @@ class TiltedRule final : public BlockRule {
   static std::span<const RuleSetting> settings() {
     static const RuleSetting rows[] = {
         integer_rule_setting<detail::kNonNegative>(
-            "tilt", "score tilted: added to a block's score per block index (unset: 0)",
+            "tilt", "rule tilted: added to a block's score per block index (unset: 0)",
             "an integer >= 0", 0),
     };
     return rows;
@@ -33,8 +33,8 @@ class TiltedRule final : public BlockRule {
     return config.rule_settings.get<std::int64_t>("tilt");
   }
   static void check(const SparseConfig& config) {
-    AMC_CHECK(tilt(config) <= config.top_k, "amc::SparseConfig::validate", "score ",
-              config.score.name(), " takes a tilt of at most top_k ", config.top_k, ", got ",
+    AMC_CHECK(tilt(config) <= config.top_k, "amc::SparseConfig::validate", "rule ",
+              config.rule.name(), " takes a tilt of at most top_k ", config.top_k, ", got ",
               tilt(config));
   }
 

@@ -123,7 +123,7 @@ def check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, extra, label):
         r = ref[h]
         check(record["kv_head"] == g, f"{label} head {h}: kv_head {record['kv_head']}")
         blocks = record["selected_blocks"]
-        if cfg["scope"] == "head" and not cfg["adaptive"] and cfg["score"] == "mean":
+        if cfg["scope"] == "head" and not cfg["adaptive"] and cfg["rule"] == "mean":
             if blocks != r["top"]:
                 # Only a near-tie may differ: every chosen block scores within 1e-5 of the k-th best.
                 kth = min(r["shat"][b] for b in r["top"]) if r["top"] else math.inf
@@ -210,14 +210,14 @@ def regressions(tool, tmp):
             check(False, f"cancel {dtype} adaptive: exit {result.returncode} {result.stderr!r}")
     # The echo of the settings comes from the library's table: every setting the tool takes is
     # there, a given one with its value, an unset optional one as null.
-    result = run(tool, [os.path.join(tmp, "cancel_F32.safetensors"), "--json", "--score", "twostage",
-                        "--shortlist", "3", "--shortlist-score", "bound", "--top-p", "0.5"])
+    result = run(tool, [os.path.join(tmp, "cancel_F32.safetensors"), "--json", "--rule", "twostage",
+                        "--shortlist", "3", "--shortlist-rule", "bound", "--top-p", "0.5"])
     check(result.returncode == 0, f"settings echo: exit {result.returncode} {result.stderr!r}")
     if result.returncode == 0:
         cfg = json.loads(result.stdout)["config"]
-        echoed = {key: cfg.get(key, "(missing)") for key in ("score", "shortlist", "shortlist_score", "top_p",
+        echoed = {key: cfg.get(key, "(missing)") for key in ("rule", "shortlist", "shortlist_rule", "top_p",
                                                               "sub_blocks", "target_eps", "max_k")}
-        check(echoed == {"score": "twostage", "shortlist": 3, "shortlist_score": "bound", "top_p": 0.5,
+        check(echoed == {"rule": "twostage", "shortlist": 3, "shortlist_rule": "bound", "top_p": 0.5,
                          "sub_blocks": None, "target_eps": None, "max_k": None}, f"settings echo: {echoed}")
     # q = [1], keys [720, 0 x 15], block 1, sink 1: eps = 15 e^-720 / (1 + 15 e^-720), subnormal.
     path = os.path.join(tmp, "underflow.safetensors")
@@ -247,19 +247,19 @@ def main():
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--scope", "group"], f"{dtype} mean/group")
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--scope", "group", "--combine", "max"],
                       f"{dtype} mean/group/max")
-            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--score", "oracle"], f"{dtype} oracle")
-            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--score", "bound", "--scale", "0.2"], f"{dtype} bound")
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--rule", "oracle"], f"{dtype} oracle")
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--rule", "bound", "--scale", "0.2"], f"{dtype} bound")
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--target-eps", "0.05"], f"{dtype} adaptive")
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--target-eps", "0.001", "--max-k", "2", "--scope", "group"],
                       f"{dtype} adaptive capped group")
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, [], f"{dtype} defaults")
             # The rules of issue 16: the analysis and the certified bounds hold for what they chose.
-            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--score", "twostage", "--shortlist", "2"],
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--rule", "twostage", "--shortlist", "2"],
                       f"{dtype} twostage")
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype,
-                      base + ["--score", "twostage", "--shortlist-score", "bound", "--scope", "group"],
+                      base + ["--rule", "twostage", "--shortlist-rule", "bound", "--scope", "group"],
                       f"{dtype} twostage bound group")
-            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--score", "submean", "--sub-blocks", "2"],
+            check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--rule", "submean", "--sub-blocks", "2"],
                       f"{dtype} submean")
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, ["--block-size", "8", "--top-k", "6", "--sinks", "2", "--window", "16", "--top-p", "0.5"],
                       f"{dtype} top-p")
@@ -335,7 +335,7 @@ def main():
         expect_usage_error(tool, [good, "--block-size", "0"], ["block_size", "0"], "block size 0")
         expect_usage_error(tool, [good, "--top-k", "-1"], ["top_k", "-1"], "negative k")
         expect_usage_error(tool, [good, "--scope", "layer"], ["scope", "layer"], "bad scope")
-        expect_usage_error(tool, [good, "--score", "max"], ["score", "max"], "bad score")
+        expect_usage_error(tool, [good, "--rule", "max"], ["rule", "max"], "bad score")
         expect_usage_error(tool, [good, "--combine", "mean"], ["combine", "'sum' or 'max'", "mean"], "bad combine")
         expect_usage_error(tool, [good, "--target-eps", "2"], ["target_eps", "[0, 1]", "2"], "bad target")
         expect_usage_error(tool, [good, "--max-k", "3"], ["max_k needs target_eps"], "max-k alone")

@@ -384,16 +384,19 @@ def main():
         check(all(abs(s["min_retained_mass"] - 1) < 1e-5 for s in sparse_steps),
               f"retained mass of a covering support: {[s['min_retained_mass'] for s in sparse_steps]}")
         _, small = tokens("--attention", "sparse", "--block-size", "2", "--top-k", "1", "--sinks", "1",
-                          "--window", "2", "--retained-mass", "--score", "oracle")
+                          "--window", "2", "--retained-mass", "--rule", "oracle")
         check(all(0 < s["min_retained_mass"] <= 1.00001 for s in small), "retained mass out of (0, 1]")
 
         # The demo.
         demo = run([qwen2, "--model", a, "--demo", "-n", "24"]).stdout
         for words in ("KV cache bf16 (auto), RoPE angles transformers (auto)", "dense decoding:",
                       "sparse decoding: block 16, top-k 8", "decode tokens/s: dense",
+                      "(each run timed on its own)", "measuring the retained mass",
                       "of the softmax mass", "retained mass per layer", "layer  0: mean",
                       'the prompt sets REPORT_KEY = "60417" in its third line'):
             check(words in demo, f"--demo output lacks {words!r}: {demo}")
+        check("the measuring pass chose other tokens" not in demo,
+              f"--demo's measuring pass did not repeat the timed sparse run: {demo}")
         answers = re.findall(r'dense answered "(.*)" \((found|missed) it\), sparse "(.*)" '
                              r'\((found|missed) it\)', demo)
         check(len(answers) == 1 and all((a == "60417") == (v == "found") for a, v in

@@ -6,7 +6,7 @@ usage: test_repo_paths.py REPO_ROOT
 Scans the files git tracks (every file outside build directories when the tree is not a
 checkout; not data/ nor the raw outputs in records/, which are kept as they were
 produced) for:
-- path-like words with a directory and a file extension (`examples/eval/sweep.hpp`,
+- path-like words with a directory and a file extension (`tools/eval/sweep.hpp`,
   `amc/attention/decode.hpp`, `../shared/x.md`): each must name a file or directory relative
   to the repository root, to the naming file's directory, or to an include root (include/,
   include/amc/, examples/, tests/, tools/, src/);

@@ -2,7 +2,7 @@
 //
 //   amc-bounds INPUT.safetensors [--block-size B] [--top-k K] [--sinks S] [--window W]
 //              [--scope head|group] [--combine sum|max]
-//              [--score mean|bound|oracle|twostage|submean]
+//              [--rule mean|bound|oracle|twostage|submean]
 //              [--target-eps E [--max-k K]]
 //              [--scale C] [--json]
 //
@@ -67,11 +67,13 @@ int run(const Options& options) {
               static_cast<long long>(in.kv_heads), static_cast<long long>(n),
               static_cast<long long>(d));
   std::printf(
-      "selector: score %s, scope %s, block %lld, k %lld, sinks %lld, window %lld, scale %.6g%s\n\n",
-      std::string(config.score.name()).c_str(), std::string(to_string(config.scope)).c_str(),
-      static_cast<long long>(config.block_size), static_cast<long long>(config.top_k),
-      static_cast<long long>(config.sinks), static_cast<long long>(config.window), scale,
-      adaptive ? " (adaptive)" : "");
+      "rule %s (summaries %s), scope %s, block %lld, k %lld, sinks %lld, window %lld, scale "
+      "%.6g%s\n\n",
+      std::string(config.rule.name()).c_str(),
+      std::string(to_string(config.summary_precision)).c_str(),
+      std::string(to_string(config.scope)).c_str(), static_cast<long long>(config.block_size),
+      static_cast<long long>(config.top_k), static_cast<long long>(config.sinks),
+      static_cast<long long>(config.window), scale, adaptive ? " (adaptive)" : "");
   std::printf("%5s %4s %8s %12s %12s %12s %12s %12s %12s%s\n", "head", "kv", "support", "omitted",
               "error", "value bound", "cert. eps", "cert. error", "residual",
               adaptive ? "  needed k" : "");

@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=${1:-docs/results-retrieval}
 model=data/qwen2-retrieval
-eval=build/release/examples/eval/amc-eval
+eval=build/release/tools/eval/amc-eval
 mkdir -p "$out"
 
 # The held-out files, in the order train.py uses (sorted by path under /usr/lib/python3.11).
@@ -40,7 +40,7 @@ common=(--model "$model" --text "${documents[@]}" --contexts 2048,3968
         --supports 97,193,385,769 --prefixes 10)
 for score in mean bound oracle; do
   rm -rf "$out/sweep-$score"
-  "$eval" sweep "${common[@]}" --tokens 128 --score "$score" --out "$out/sweep-$score"
+  "$eval" sweep "${common[@]}" --tokens 128 --rule "$score" --out "$out/sweep-$score"
 done
 rm -rf "$out/mass"
 "$eval" mass "${common[@]}" --tokens 32 --out "$out/mass"

@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=${1:-docs/results-tiny}
 model=data/qwen2-tiny
-eval=build/release/examples/eval/amc-eval
+eval=build/release/tools/eval/amc-eval
 mkdir -p "$out"
 
 # The held-out files, in the order train.py uses (sorted by path under /usr/lib/python3.11).
@@ -27,7 +27,7 @@ common=(--model "$model" --text "${documents[@]}" --contexts 1024,2048
         --supports 97,193,385,769 --prefixes 10)
 for score in mean bound oracle; do
   rm -rf "$out/sweep-$score"
-  "$eval" sweep "${common[@]}" --tokens 128 --score "$score" --out "$out/sweep-$score"
+  "$eval" sweep "${common[@]}" --tokens 128 --rule "$score" --out "$out/sweep-$score"
 done
 rm -rf "$out/mass"
 "$eval" mass "${common[@]}" --tokens 32 --out "$out/mass"

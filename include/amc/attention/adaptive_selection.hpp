@@ -81,7 +81,7 @@ struct AdaptiveSelection {
 /// \param query         [head_dim], unscaled
 /// \param kv            the KV head; summaries must cover all its positions
 /// \param config        block_size, sinks and window (top_k is ignored: max_k caps instead)
-/// \param block_ranking [blocks] score per block, e.g. a selector's scores
+/// \param block_ranking [blocks] score per block, e.g. a rule's scores
 template <KvViewLike View>
 AdaptiveSelection adaptive_select(std::span<const float> query, double scale, const View& kv,
                                   const BlockSummaries& summaries, const SparseConfig& config,

@@ -20,7 +20,7 @@
 #include "amc/attention/adaptive_selection.hpp"
 #include "amc/attention/arithmetic.hpp"
 #include "amc/attention/block_summaries.hpp"
-#include "amc/attention/selectors.hpp"
+#include "amc/attention/registered_rule.hpp"
 #include "amc/attention/softmax_state.hpp"
 #include "amc/attention/sparse_config.hpp"
 #include "amc/attention/support.hpp"
@@ -289,7 +289,7 @@ class DenseDecode {
 template <class Rule = RegisteredRule>
 class BlockSparseDecode {
  public:
-  /// Validates `config`; the default Rule (RegisteredRule) follows config.score.
+  /// Validates `config`; the default Rule (RegisteredRule) follows config.rule.
   explicit BlockSparseDecode(const SparseConfig& config) requires std::same_as<Rule, RegisteredRule>
       : BlockSparseDecode(config, RegisteredRule((config.validate(), config))) {}
   explicit BlockSparseDecode(const SparseConfig& config) requires(
@@ -298,7 +298,7 @@ class BlockSparseDecode {
   BlockSparseDecode(const SparseConfig& config, Rule rule)
       : config_(config), rule_(std::move(rule)) {
     config_.validate();
-    // config.score names the rule only for RegisteredRule; other rules bring their own needs
+    // config.rule names the rule only for RegisteredRule; other rules bring their own needs
     // (and check them as they read), adaptive selection its bound's.
     if constexpr (std::same_as<Rule, RegisteredRule>) {
       required_ = required_summaries(config_);
@@ -394,7 +394,7 @@ class BlockSparseDecode {
               summaries.positions(), " positions but the KV view has ", kv.positions());
     AMC_CHECK(summaries.head_dim() == kv.head_dim(), where, "summaries have head_dim ",
               summaries.head_dim(), " but the KV view has head_dim ", kv.head_dim());
-    AMC_CHECK(summaries.options().covers(required_), where, "score ", config_.score.name(),
+    AMC_CHECK(summaries.options().covers(required_), where, "rule ", config_.rule.name(),
               config_.adaptive() ? " with target_eps" : "",
               " reads summaries with channel_bounds=", required_.channel_bounds,
               " value_norms=", required_.value_norms, " sub_blocks=", required_.sub_blocks,
@@ -410,7 +410,7 @@ class BlockSparseDecode {
     candidates_ = candidate_blocks(kv.positions(), config_);
     selection_heads_ = heads;
 
-    // Selectors write the candidate range; only the (few) blocks outside it are set to -inf.
+    // Rules write the candidate range; only the (few) blocks outside it are set to -inf.
     block_scores_.resize(static_cast<std::size_t>(heads * blocks));
     for (std::int64_t h = 0; h < heads; ++h) {
       float* row = block_scores_.data() + h * blocks;
@@ -428,8 +428,8 @@ class BlockSparseDecode {
   void score_part(const KvHead<View>& head, std::int64_t part, std::int64_t parts) {
     AMC_CHECK(parts >= 1 && part >= 0 && part < parts, "amc::BlockSparseDecode::score_part",
               "part ", part, " of ", parts, " does not exist");
-    AMC_CHECK(parts == 1 || scores_in_parts(), "amc::BlockSparseDecode::score_part", "score ",
-              config_.score.name(), " ranks all blocks together and cannot be scored in ", parts,
+    AMC_CHECK(parts == 1 || scores_in_parts(), "amc::BlockSparseDecode::score_part", "rule ",
+              config_.rule.name(), " ranks all blocks together and cannot be scored in ", parts,
               " parts");
     const View& kv = head.kv;
     const BlockSummaries& summaries = *head.summaries;

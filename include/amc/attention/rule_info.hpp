@@ -4,7 +4,7 @@
 // A rule is one unit: its scoring (a BlockRule, attention/rules/*.hpp), the block summaries it
 // needs, its own settings (rows like the configuration's: name, help, range, default) and its
 // cross-checks, its name and its description, registered in one place (src/rule_registry.cpp,
-// one line per rule). Configurations name rules (SparseConfig::score) and carry the rules'
+// one line per rule). Configurations name rules (SparseConfig::rule) and carry the rules'
 // settings (SparseConfig::rule_settings), whose rows join the configuration's own in
 // sparse_settings() (so every tool, JSON and Python take them); caches build the summaries the
 // configured rule asks for (required_summaries), and RegisteredRule makes the rule.
@@ -38,7 +38,7 @@ std::span<const RuleInfo> registered_rules();
 /// The rule called `name`, or nullptr.
 const RuleInfo* find_rule_or_null(std::string_view name);
 
-/// The rule called `name`; throws amc::error "amc::find_rule: no score rule '<name>' (rules:
+/// The rule called `name`; throws amc::error "amc::find_rule: no rule '<name>' (rules:
 /// mean, bound, ...)".
 const RuleInfo& find_rule(std::string_view name);
 
@@ -76,7 +76,7 @@ class RuleName {
   std::string_view name_ = "mean";  // points at static storage (a literal or the registry)
 };
 
-/// The name RuleName had before issue 34 gave the concept one word.
+/// RuleName's former name.
 using ScoreRule [[deprecated("renamed amc::RuleName")]] = RuleName;
 
 inline constexpr RuleName RuleName::mean_pooled{"mean"};
@@ -112,6 +112,8 @@ struct RuleSetting {
   std::optional<RuleSettingValue> (*parse)(std::string_view text) = nullptr;
   /// Whether a value (of the type `kind` names) is allowed: what validate() checks.
   bool (*allows)(const RuleSettingValue& value) = nullptr;
+  /// The name it had before, still read (SparseSetting::former_name); empty if none.
+  std::string_view former_name = {};
 
   /// requirement followed by choices().
   std::string requirement_text() const {
@@ -131,7 +133,7 @@ struct RuleInfo {
   std::unique_ptr<BlockRule> (*make)(const SparseConfig& config) = nullptr;
   /// The rule's own settings (static storage), in the order tools print them.
   std::span<const RuleSetting> settings = {};
-  /// Checks across settings when `config.score` names this rule (e.g. a count that must divide
+  /// Checks across settings when `config.rule` names this rule (e.g. a count that must divide
   /// block_size); throws amc::error "amc::SparseConfig::validate: ...". nullptr: none.
   void (*check)(const SparseConfig& config) = nullptr;
 };
@@ -139,11 +141,13 @@ struct RuleInfo {
 inline RuleName RuleName::named(std::string_view name) { return RuleName(find_rule(name).name); }
 inline const RuleInfo& RuleName::info() const { return find_rule(name_); }
 
-/// The setting of a registered rule called `name`, or nullptr.
+/// The setting of a registered rule called `name` (or formerly called `name`), or nullptr.
 inline const RuleSetting* find_rule_setting_or_null(std::string_view name) {
   for (const RuleInfo& rule : registered_rules()) {
     for (const RuleSetting& setting : rule.settings) {
-      if (setting.name == name) return &setting;
+      if (setting.name == name || (!setting.former_name.empty() && setting.former_name == name)) {
+        return &setting;
+      }
     }
   }
   return nullptr;
@@ -169,6 +173,7 @@ class RuleSettings {
  public:
   /// The value set for `name`, or nullptr when unset (or no rule has that setting).
   const RuleSettingValue* find(std::string_view name) const {
+    name = current_name(name);
     const auto it = lower_bound(name);
     return it != values_.end() && it->first == name ? &it->second : nullptr;
   }
@@ -206,8 +211,8 @@ class RuleSettings {
     }
     AMC_CHECK(stored.index() == static_cast<std::size_t>(setting.kind), "amc::RuleSettings::set",
               name, " is ", kind_name(setting.kind), ", got ", kind_name(stored.index()));
-    const auto it = lower_bound(name);
-    if (it != values_.end() && it->first == name) {
+    const auto it = lower_bound(setting.name);
+    if (it != values_.end() && it->first == setting.name) {
       it->second = stored;
     } else {
       values_.emplace(it, setting.name, stored);  // the registry's name: static storage
@@ -216,6 +221,7 @@ class RuleSettings {
 
   /// Unsets `name`: its rule's default applies again.
   void reset(std::string_view name) {
+    name = current_name(name);
     const auto it = lower_bound(name);
     if (it != values_.end() && it->first == name) values_.erase(it);
   }
@@ -226,6 +232,11 @@ class RuleSettings {
   friend bool operator==(const RuleSettings&, const RuleSettings&) = default;
 
  private:
+  /// A former name as the setting's name now (values are kept under it); others unchanged.
+  static std::string_view current_name(std::string_view name) {
+    const RuleSetting* setting = find_rule_setting_or_null(name);
+    return setting != nullptr ? setting->name : name;
+  }
   static const char* kind_name(std::size_t kind) {
     return kind == 0 ? "an integer" : kind == 1 ? "a real number" : "a rule name";
   }

@@ -1,4 +1,4 @@
-// What a block selector sees and writes: the candidate blocks of a step, the (scaled) queries
+// What a block rule sees and writes: the candidate blocks of a step, the (scaled) queries
 // and summaries, one score per block; and KeyRows, a type-erased view of one KV head's keys for
 // rules that read keys, so that a rule is compiled once rather than per storage and view type.
 #pragma once
@@ -41,14 +41,14 @@ inline CandidateBlocks candidate_blocks(std::int64_t positions, const SparseConf
   return c;
 }
 
-/// What a selector sees for one query head.
+/// What a rule sees for one query head.
 struct BlockScoringInput {
   std::span<const float> query;  ///< [head_dim], already multiplied by the attention scale c
   const BlockSummaries& summaries;
   CandidateBlocks candidates;
 };
 
-/// What a selector that can score all heads of a group in one pass sees.
+/// What a rule that can score all heads of a group in one pass sees.
 struct GroupScoringInput {
   const float* queries;  ///< [heads, head_dim], already multiplied by the attention scale c
   std::int64_t heads;
@@ -64,8 +64,8 @@ concept BlockRuleLike = KvViewLike<View> && requires(const S& rule, const BlockS
   { rule.score_blocks(input, kv, scores) } -> std::same_as<void>;
 };
 
-/// BlockRuleLike's name before issue 34 gave the concept one word (kept for users' code; a
-/// concept cannot be marked [[deprecated]]).
+/// BlockRuleLike's former name (kept for users' code; a concept cannot be marked
+/// [[deprecated]]).
 template <class S, class View>
 concept BlockSelector = BlockRuleLike<S, View>;
 
@@ -216,7 +216,7 @@ class KeyRows {
 ///
 /// A rule also models BlockRuleLike through score_blocks / score_blocks_group below (the
 /// adapter): BlockSparseDecode<MeanPooledRule> runs a rule with no runtime choice, and a
-/// user-written selector calls a built-in rule as `amc::MeanPooledRule{}.score_blocks(in, kv,
+/// user-written rule calls a built-in rule as `amc::MeanPooledRule{}.score_blocks(in, kv,
 /// scores)`.
 class BlockRule {
  public:

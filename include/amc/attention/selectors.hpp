@@ -1,70 +1,7 @@
-// Block selectors: rank the blocks of one KV head for one query head, and turn the ranking into
-// a support (sinks U window U top-k blocks).
-//
-// A selector writes one score per block, higher meaning "read this block first". Scores are in
-// logit units (they estimate or bound the log of the block's softmax mass up to a shared
-// constant), which is what lets per-group scope softmax-normalise and combine them across heads.
-// Users plug in their own rule by writing a type that models BlockRuleLike.
+// Renamed amc/attention/registered_rule.hpp (one word, "rule", names the concept); this header
+// remains for code that includes the old name.
 #pragma once
+#pragma message( \
+    "amc/attention/selectors.hpp is deprecated: include amc/attention/registered_rule.hpp")
 
-#include <algorithm>
-#include <cmath>
-#include <concepts>
-#include <cstdint>
-#include <limits>
-#include <memory>
-#include <span>
-#include <vector>
-
-#include "amc/attention/block_summaries.hpp"
-#include "amc/attention/rules/channel_bound.hpp"
-#include "amc/attention/rules/mean_pooled.hpp"
-#include "amc/attention/rules/oracle.hpp"
-#include "amc/attention/rules/sub_block_means.hpp"
-#include "amc/attention/rules/two_stage.hpp"
-#include "amc/attention/selection_input.hpp"
-#include "amc/attention/sparse_config.hpp"
-#include "amc/attention/support.hpp"
-#include "amc/attention/top_k.hpp"
-#include "amc/error.hpp"
-#include "amc/kernels/kernel_table.hpp"
-#include "amc/kv_view.hpp"
-
-namespace amc {
-
-/// Runtime choice among the registered rules (attention/rule_info.hpp), by SparseConfig::score:
-/// what tools and configurations use. Copies share the rule, which is stateless and const.
-class RegisteredRule {
- public:
-  /// Mean pooling.
-  RegisteredRule() : RegisteredRule(SparseConfig{}) {}
-  /// The rule `config.score` names, made for `config`.
-  explicit RegisteredRule(const SparseConfig& config)
-      : rule_(config.score), scorer_(config.score.info().make(config)) {}
-
-  RuleName rule() const { return rule_; }
-
-  template <KvViewLike View>
-  void score_blocks(const BlockScoringInput& in, const View& kv, std::span<float> scores) const {
-    scorer_->score(in, KeyRows(kv), scores);
-  }
-
-  /// Whether the candidate blocks may be scored in parts (BlockRule::scores_each_block_alone).
-  bool scores_each_block_alone() const { return scorer_->scores_each_block_alone(); }
-
-  /// The whole group at once (one pass over the summaries for rules that can).
-  template <KvViewLike View>
-  void score_blocks_group(const GroupScoringInput& in, const View& kv,
-                          std::span<float> scores) const {
-    scorer_->score_group(in, KeyRows(kv), scores);
-  }
-
- private:
-  RuleName rule_;
-  std::shared_ptr<const BlockRule> scorer_;
-};
-
-/// The name RegisteredRule had before issue 34 gave the concept one word.
-using RuleSelector [[deprecated("renamed amc::RegisteredRule")]] = RegisteredRule;
-
-}  // namespace amc
+#include "amc/attention/registered_rule.hpp"

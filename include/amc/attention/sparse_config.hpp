@@ -3,6 +3,7 @@
 // every tool, report and binding names, validates and prints them the same way.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <compare>
@@ -68,7 +69,10 @@ inline SelectionScope parse_scope(std::string_view name) {
   if (const auto scope = detail::scope_named(name)) return *scope;
   detail::throw_error("amc::parse_scope", "scope must be 'head' or 'group', got '", name, "'");
 }
-inline RuleName parse_score_rule(std::string_view name) { return RuleName::named(name); }
+inline RuleName parse_rule(std::string_view name) { return RuleName::named(name); }
+[[deprecated("renamed amc::parse_rule")]] inline RuleName parse_score_rule(std::string_view name) {
+  return parse_rule(name);
+}
 inline GroupCombine parse_combine(std::string_view name) {
   if (const auto combine = detail::combine_named(name)) return *combine;
   detail::throw_error("amc::parse_combine", "combine must be 'sum' or 'max', got '", name, "'");
@@ -84,7 +88,7 @@ struct SparseConfig {
   std::int64_t sinks = 1;
   std::int64_t window = 64;
   SelectionScope scope = SelectionScope::per_head;
-  RuleName score;  ///< mean pooling unless set
+  RuleName rule;  ///< the block scoring rule: mean pooling unless set
   /// The summaries the rule scores: the f32 ones (exact), or their bf16 copies (half the bytes
   /// to scan; a ranking that can differ from the f32 one on near-ties).
   SummaryPrecision summary_precision = SummaryPrecision::f32;
@@ -101,7 +105,7 @@ struct SparseConfig {
   /// blocks, reaches top_p; at most top_k of them. Unset: always top_k.
   std::optional<double> top_p;
   /// The registered rules' own settings (RuleInfo::settings: two-stage's shortlist and
-  /// shortlist_score, sub-block means' sub_blocks, ...), those set; unset ones read as their
+  /// shortlist_rule, sub-block means' sub_blocks, ...), those set; unset ones read as their
   /// rule's default. Rows of sparse_settings() like the fields above, so set by name:
   /// `config.set("shortlist", "2")`, or typed: `config.rule_settings.set("shortlist", 2)`.
   RuleSettings rule_settings;
@@ -136,7 +140,7 @@ struct SparseConfig {
 /// bf16 summary precision), plus channel bounds and value norms for adaptive selection (it
 /// certifies its bound from them). Caches build these.
 inline SummaryOptions required_summaries(const SparseConfig& config) {
-  const RuleInfo& rule = config.score.info();
+  const RuleInfo& rule = config.rule.info();
   SummaryOptions options = rule.summaries ? rule.summaries(config) : SummaryOptions{};
   if (config.adaptive()) options.channel_bounds = options.value_norms = true;
   options.bf16_copies = config.summary_precision == SummaryPrecision::bf16;
@@ -160,6 +164,14 @@ struct SparseSetting {
   /// SparseConfig.
   std::string_view rule = {};
   const RuleSetting* rule_setting = nullptr;  ///< its row in the registry, for a rule's setting
+  /// The name the setting had before ("score" for rule): still read by text, JSON, flags and
+  /// Python, so that earlier commands and results keep working; never written.
+  std::string_view former_name = {};
+
+  /// Whether `key` names this setting (its name or its former name).
+  bool named(std::string_view key) const {
+    return key == name || (!former_name.empty() && key == former_name);
+  }
 
   /// The setting's value as text ("" when an optional setting is unset).
   std::string get(const SparseConfig& config) const { return to_text_(*this, config); }
@@ -285,6 +297,7 @@ constexpr SparseSetting number_row(std::string_view name, std::string_view help,
       requirement,
       {},
       nullptr,
+      {},
       [](const SparseSetting&, const SparseConfig& c) {
         const auto* value = field_value<member>(c);
         return value ? setting_number_text(*value) : std::string();
@@ -308,7 +321,7 @@ constexpr SparseSetting number_row(std::string_view name, std::string_view help,
 /// accepted text into the value (nullopt: refused), `allows` says whether a value is valid.
 template <auto member, auto parse, auto allows>
 constexpr SparseSetting name_row(std::string_view name, std::string_view help,
-                                 std::string_view requirement) {
+                                 std::string_view requirement, std::string_view former_name = {}) {
   constexpr bool optional = setting_value<field_of<member>>::optional;
   return {
       name,
@@ -318,6 +331,7 @@ constexpr SparseSetting name_row(std::string_view name, std::string_view help,
       requirement,
       {},
       nullptr,
+      former_name,
       [](const SparseSetting&, const SparseConfig& c) {
         const auto* value = field_value<member>(c);
         if (value == nullptr) return std::string();
@@ -358,6 +372,7 @@ inline SparseSetting rule_setting_row(const RuleInfo& rule, const RuleSetting& s
       requirement,
       rule.name,
       &setting,
+      setting.former_name,
       [](const SparseSetting& row, const SparseConfig& c) {
         const RuleSettingValue* value = c.rule_settings.find(row.name);
         if (value == nullptr) return std::string();
@@ -449,7 +464,8 @@ constexpr RuleSetting integer_rule_setting(std::string_view name, std::string_vi
 /// only summaries. Its requirement lists the choices the registry offers.
 template <bool reads_keys_too>
 constexpr RuleSetting rule_name_setting(std::string_view name, std::string_view help,
-                                        std::string_view requirement, RuleName default_value) {
+                                        std::string_view requirement, RuleName default_value,
+                                        std::string_view former_name = {}) {
   return {name,
           help,
           SettingKind::name,
@@ -466,7 +482,8 @@ constexpr RuleSetting rule_name_setting(std::string_view name, std::string_view 
             const auto* rule = std::get_if<RuleName>(&value);
             return rule != nullptr && (reads_keys_too ? detail::registered(*rule)
                                                       : detail::reads_only_summaries(*rule));
-          }};
+          },
+          former_name};
 }
 
 /// Every selection setting, in the order tools print them: SparseConfig's fields, then every
@@ -488,8 +505,8 @@ inline std::span<const SparseSetting> sparse_settings() {
                                              "an integer >= 0"),
         name_row<&C::scope, scope_named, valid_scope>(
             "scope", "selection per query head or per GQA group: head|group", "'head' or 'group'"),
-        name_row<&C::score, rule_named, registered>(
-            "score", "block scoring rule (see docs/selectors.md)", rules),
+        name_row<&C::rule, rule_named, registered>("rule", "the block scoring rule (docs/rules.md)",
+                                                   rules, "score"),
         name_row<&C::summary_precision, precision_named, valid_precision>(
             "summary_precision",
             "the summaries the rule scores: f32 (exact) or bf16 (copies rounded to bf16, half "
@@ -523,7 +540,8 @@ inline std::span<const SparseSetting> sparse_settings() {
     for (const RuleInfo& rule : registered_rules()) {
       for (const RuleSetting& setting : rule.settings) {
         for (const SparseSetting& earlier : out) {
-          if (earlier.name == setting.name) {
+          if (earlier.named(setting.name) ||
+              (!setting.former_name.empty() && earlier.named(setting.former_name))) {
             detail::throw_error("amc::sparse_settings", "rule ", rule.name, "'s setting ",
                                 setting.name, " has the name of another setting");
           }
@@ -536,11 +554,11 @@ inline std::span<const SparseSetting> sparse_settings() {
   return settings;
 }
 
-/// The setting called `name`; throws amc::error listing the settings.
+/// The setting called `name` (or, formerly, `name`); throws amc::error listing the settings.
 inline const SparseSetting& sparse_setting(std::string_view name) {
   std::string names;
   for (const SparseSetting& s : sparse_settings()) {
-    if (s.name == name) return s;
+    if (s.named(name)) return s;
     if (!names.empty()) names += ", ";
     names += s.name;
   }
@@ -561,10 +579,11 @@ inline void SparseConfig::validate() const {
   AMC_CHECK(!top_p || !target_eps, where, "top_p and target_eps are two adaptive budgets (top_p ",
             top_p ? *top_p : 0.0, ", target_eps ", target_eps ? *target_eps : 0.0, "); set one");
   // The configured rule's own cross-checks (a rule's settings against the fields).
-  if (const RuleInfo& rule = score.info(); rule.check != nullptr) rule.check(*this);
+  if (const RuleInfo& info = rule.info(); info.check != nullptr) info.check(*this);
 }
 
-/// "block_size=16 top_k=8 sinks=1 window=64 scope=head score=mean combine=sum": every set
+/// "block_size=16 top_k=8 sinks=1 window=64 scope=head rule=mean summary_precision=f32
+/// combine=sum": every set
 /// setting as name=value, space-separated, in the table's order.
 inline std::string to_text(const SparseConfig& config) {
   std::string out;
@@ -578,8 +597,10 @@ inline std::string to_text(const SparseConfig& config) {
 }
 
 /// Applies "name=value" settings separated by spaces or commas to `config` (unnamed settings
-/// keep their values), then validates. parse_sparse_config(to_text(c)) == c.
+/// keep their values; a setting's former name is read as its name; a setting given twice is
+/// refused), then validates. parse_sparse_config(to_text(c)) == c.
 inline SparseConfig parse_sparse_config(std::string_view text, SparseConfig config = {}) {
+  std::vector<const SparseSetting*> seen;  // a setting given twice is refused
   std::size_t at = 0;
   while (at < text.size()) {
     const std::size_t end = text.find_first_of(" ,", at);
@@ -590,7 +611,13 @@ inline SparseConfig parse_sparse_config(std::string_view text, SparseConfig conf
     if (equals == std::string_view::npos) {
       detail::throw_error("amc::parse_sparse_config", "expected name=value, got '", item, "'");
     }
-    sparse_setting(item.substr(0, equals)).set(config, item.substr(equals + 1));
+    const SparseSetting& setting = sparse_setting(item.substr(0, equals));
+    if (std::find(seen.begin(), seen.end(), &setting) != seen.end()) {
+      detail::throw_error("amc::parse_sparse_config", setting.name, " is given twice, in '", item,
+                          "'");
+    }
+    seen.push_back(&setting);
+    setting.set(config, item.substr(equals + 1));
   }
   config.validate();
   return config;

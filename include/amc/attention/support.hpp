@@ -24,7 +24,7 @@ struct PositionRange {
 
 /// Sorted, disjoint, non-adjacent position ranges (adjacent ranges are merged), so every
 /// position appears at most once and in increasing order. Built by adding ranges in any order
-/// and calling `normalize()`; the selectors do that for you.
+/// and calling `normalize()`; the operators do that for you.
 class Support {
  public:
   Support() = default;

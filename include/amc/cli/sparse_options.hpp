@@ -64,10 +64,15 @@ class SparseOptions {
       Entry& entry = entries_.emplace_back();
       entry.setting = &setting;
       std::string help(setting.help);
-      if (setting.name == "score")
-        help = std::string("block scoring rule: ").append(detail::rule_choices());
+      if (setting.name == "rule")
+        help = std::string("the block scoring rule: ").append(detail::rule_choices());
+      std::string flags = flag_of(setting.name);
+      if (!setting.former_name.empty()) {
+        flags += ',' + flag_of(setting.former_name);  // the former flag still works
+        help.append(" (").append(flag_of(setting.former_name)).append(": its former name)");
+      }
       const std::string default_text = setting.get(defaults_);
-      entry.option = app.add_option(flag_of(setting.name), entry.text, help);
+      entry.option = app.add_option(flags, entry.text, help);
       entry.option->type_name(setting.kind == SettingKind::name      ? "NAME"
                               : setting.kind == SettingKind::integer ? "INT"
                                                                      : "NUM");

@@ -9,12 +9,13 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "amc/attention/sparse_config.hpp"
 
 namespace amc {
 
-/// {"block_size": 16, "top_k": 8, ..., "score": "mean", ...}: every setting (or those named in
+/// {"block_size": 16, "top_k": 8, ..., "rule": "mean", ...}: every setting (or those named in
 /// `only`, in the table's order), integers and reals as numbers, names as strings; an unset
 /// optional setting is null.
 template <class Json = nlohmann::ordered_json>
@@ -38,14 +39,20 @@ Json to_json(const SparseConfig& config, std::initializer_list<std::string_view>
 }
 
 /// `base` with the settings of a JSON object applied (null clears an optional setting), then
-/// validated. Throws amc::error naming the key and the value for an unknown key, a value of
-/// the wrong JSON type, or a value the setting refuses.
+/// validated. A setting's former name ("score" for "rule") is read as its name, so earlier
+/// records load. Throws amc::error naming the key and the value for an unknown key, a setting
+/// given twice (by both names), a value of the wrong JSON type, or a value the setting refuses.
 template <class Json>
 SparseConfig sparse_config_from_json(const Json& json, SparseConfig base = {}) {
   constexpr const char* where = "amc::sparse_config_from_json";
   AMC_CHECK(json.is_object(), where, "expected a JSON object, got ", json.dump());
+  std::vector<const SparseSetting*> seen;
   for (const auto& [key, value] : json.items()) {
     const SparseSetting& s = sparse_setting(key);
+    AMC_CHECK(std::find(seen.begin(), seen.end(), &s) == seen.end(), where, key,
+              " gives the setting ", s.name, " a second time (", s.former_name,
+              " is its former name)");
+    seen.push_back(&s);
     if (value.is_null()) {
       AMC_CHECK(s.optional, where, key, " cannot be null (it is not optional)");
       s.set(base, "");

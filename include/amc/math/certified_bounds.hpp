@@ -32,7 +32,7 @@
 
 #include "amc/attention/adaptive_selection.hpp"
 #include "amc/attention/block_summaries.hpp"
-#include "amc/attention/selectors.hpp"
+#include "amc/attention/registered_rule.hpp"
 #include "amc/attention/sparse_config.hpp"
 #include "amc/attention/support.hpp"
 #include "amc/certified_arithmetic.hpp"

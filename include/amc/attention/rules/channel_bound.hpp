@@ -21,7 +21,7 @@
 namespace amc {
 
 /// A BlockRule; also a BlockRuleLike (BlockSparseDecode<ChannelBoundRule>, or called from a
-/// user's selector: BlockRule's score_blocks).
+/// user's own rule: BlockRule's score_blocks).
 class ChannelBoundRule final : public BlockRule {
  public:
   explicit ChannelBoundRule(SummaryPrecision precision = SummaryPrecision::f32)

@@ -15,7 +15,7 @@
 namespace amc {
 
 /// A BlockRule; also a BlockRuleLike (BlockSparseDecode<MeanPooledRule>, or called from a
-/// user's selector: BlockRule's score_blocks).
+/// user's own rule: BlockRule's score_blocks).
 class MeanPooledRule final : public BlockRule {
  public:
   explicit MeanPooledRule(SummaryPrecision precision = SummaryPrecision::f32)

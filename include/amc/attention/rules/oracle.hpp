@@ -17,7 +17,7 @@
 namespace amc {
 
 /// A BlockRule; also a BlockRuleLike (BlockSparseDecode<OracleRule>, or called from a user's
-/// selector: BlockRule's score_blocks).
+/// own rule: BlockRule's score_blocks).
 class OracleRule final : public BlockRule {
  public:
   bool scores_each_block_alone() const override { return true; }

@@ -24,7 +24,7 @@
 namespace amc {
 
 /// A BlockRule; also a BlockRuleLike (BlockSparseDecode<SubBlockMeansRule>, or called from a
-/// user's selector: BlockRule's score_blocks).
+/// user's own rule: BlockRule's score_blocks).
 class SubBlockMeansRule final : public BlockRule {
  public:
   /// Its own setting: sub-block means per block (SparseConfig::rule_settings, "sub_blocks").
@@ -32,8 +32,7 @@ class SubBlockMeansRule final : public BlockRule {
   static std::span<const RuleSetting> settings() {
     static const RuleSetting rows[] = {
         integer_rule_setting<detail::kAtLeastOne>(
-            "sub_blocks",
-            "score submean: sub-block means per block, dividing block_size (unset: 4)",
+            "sub_blocks", "rule submean: sub-block means per block, dividing block_size (unset: 4)",
             "an integer >= 1", kDefaultSubBlocks),
     };
     return rows;
@@ -42,15 +41,15 @@ class SubBlockMeansRule final : public BlockRule {
   static std::int64_t sub_blocks(const SparseConfig& config) {
     return config.rule_settings.get<std::int64_t>("sub_blocks");
   }
-  /// Its summaries, when `config.score` names it (or a two-stage rule's first stage does).
+  /// Its summaries, when `config.rule` names it (or a two-stage rule's first stage does).
   static SummaryOptions summaries(const SparseConfig& config) {
     return SummaryOptions{.sub_blocks = sub_blocks(config)};
   }
   /// The sub-blocks must divide block_size (BlockSummaries builds equal ones).
   static void check(const SparseConfig& config) {
     const std::int64_t count = sub_blocks(config);
-    AMC_CHECK(count <= 0 || config.block_size % count == 0, "amc::SparseConfig::validate", "score ",
-              config.score.name(), " keeps ", count, " sub-blocks per block (sub_blocks), ",
+    AMC_CHECK(count <= 0 || config.block_size % count == 0, "amc::SparseConfig::validate", "rule ",
+              config.rule.name(), " keeps ", count, " sub-blocks per block (sub_blocks), ",
               "which must divide block_size ", config.block_size);
   }
 

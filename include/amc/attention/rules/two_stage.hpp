@@ -1,5 +1,5 @@
 // The two-stage rule ("twostage"): a cheap rule that reads only summaries (mean pooling unless
-// its setting shortlist_score names another) shortlists the shortlist * k best blocks (its
+// its setting shortlist_rule names another) shortlists the shortlist * k best blocks (its
 // setting shortlist; k the most blocks one selection keeps), and a second stage scores
 // the shortlisted blocks from their keys, by their true log-mass as the oracle computes it.
 // Every other block scores -inf, so a selection keeps the k blocks of largest true mass within
@@ -49,12 +49,12 @@ class TwoStageRule final : public BlockRule {
     static const RuleSetting rows[] = {
         integer_rule_setting<detail::kAtLeastOne>(
             "shortlist",
-            "score twostage: blocks shortlisted by shortlist_score per block kept (unset: 4)",
+            "rule twostage: blocks shortlisted by shortlist_rule per block kept (unset: 4)",
             "an integer >= 1", kDefaultShortlist),
         rule_name_setting<false>(
-            "shortlist_score",
-            "score twostage: the first stage's rule, one that reads only summaries (unset: mean)",
-            "a rule that reads only summaries: ", RuleName::mean_pooled),
+            "shortlist_rule",
+            "rule twostage: the first stage's rule, one that reads only summaries (unset: mean)",
+            "a rule that reads only summaries: ", RuleName::mean_pooled, "shortlist_score"),
     };
     return rows;
   }
@@ -63,17 +63,17 @@ class TwoStageRule final : public BlockRule {
     return config.rule_settings.get<std::int64_t>("shortlist");
   }
   /// The first stage of `config` (mean pooling when unset).
-  static RuleName shortlist_score(const SparseConfig& config) {
-    return config.rule_settings.get<RuleName>("shortlist_score");
+  static RuleName shortlist_rule(const SparseConfig& config) {
+    return config.rule_settings.get<RuleName>("shortlist_rule");
   }
   /// The first stage's summaries.
   static SummaryOptions summaries(const SparseConfig& config) {
-    const RuleInfo& first = shortlist_score(config).info();
+    const RuleInfo& first = shortlist_rule(config).info();
     return first.summaries ? first.summaries(config) : SummaryOptions{};
   }
   /// The first stage's cross-checks (e.g. sub-block means' sub_blocks against block_size).
   static void check(const SparseConfig& config) {
-    const RuleInfo& first = shortlist_score(config).info();
+    const RuleInfo& first = shortlist_rule(config).info();
     if (first.check != nullptr) first.check(config);
   }
 
@@ -170,13 +170,13 @@ class TwoStageRule final : public BlockRule {
 inline RuleInfo two_stage_rule_info() {
   return {.name = "twostage",
           .description =
-              "shortlist_score (mean unless set) shortlists shortlist x k blocks; the k "
+              "shortlist_rule (mean unless set) shortlists shortlist x k blocks; the k "
               "of largest true mass among them, scored from their keys",
           .summaries = &TwoStageRule::summaries,
           .reads_keys = true,
           .make = [](const SparseConfig& config) -> std::unique_ptr<BlockRule> {
             return std::make_unique<TwoStageRule>(
-                TwoStageRule::shortlist_score(config).info().make(config),
+                TwoStageRule::shortlist_rule(config).info().make(config),
                 TwoStageRule::shortlist_blocks(config), config.scope, config.combine);
           },
           .settings = TwoStageRule::settings(),

@@ -1,4 +1,4 @@
-// amc-eval mass: how much softmax mass the selector's support keeps, by support size, per layer
+// amc-eval mass: how much softmax mass the rule's support keeps, by support size, per layer
 // and query head. It decodes the dense greedy continuation of each prefix and, at every step
 // and layer, runs the block-sparse selection of every support size on the same queries and
 // cache: the states are the dense model's own, so no error compounds and every support size

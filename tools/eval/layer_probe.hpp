@@ -1,6 +1,6 @@
 // Observes the attention of every layer of a sparse decode step (SessionOptions::on_layer) and
 // accumulates, per layer and query head, the retained mass, the error norm of the identity and
-// the selector's recall against the oracle.
+// the rule's recall against the oracle.
 #pragma once
 
 #include <amc/attention/decode.hpp>
@@ -36,7 +36,7 @@ class LayerProbe {
   /// per head, also when the run selects per group: recall says how much of each head's own
   /// best blocks its support held.
   BlockSparseDecode<> oracle_;
-  bool oracle_is_selector_;     ///< score oracle per head: the selection is the oracle's, recall 1
+  bool oracle_is_rule_;         ///< score oracle per head: the selection is the oracle's, recall 1
   std::vector<double> recall_;  ///< [heads] of the current layer
   HeadStatistics stats_;
 };

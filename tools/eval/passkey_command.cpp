@@ -41,8 +41,8 @@ PasskeyOptions passkey_options_from_flags(const PasskeyFlags& flags) {
   });
   options.depths = parse_flag_list(
       flags.depths, [](std::string_view item) { return parse_number<double>(item, "--depths"); });
-  options.selectors = parse_flag_list(
-      flags.selectors, [](std::string_view item) { return parse_flag_selector(item, kWhere); });
+  options.rules = parse_flag_list(
+      flags.rules, [](std::string_view item) { return parse_flag_rule(item, kWhere); });
   options.trials = parse_number<std::int64_t>(flags.trials, "--trials");
   options.digits = parse_number<std::int64_t>(flags.digits, "--digits");
   options.seed = parse_number<std::uint64_t>(flags.seed, "--seed");
@@ -68,7 +68,7 @@ void add_passkey_command(CLI::App& app, std::function<int()>& run) {
   CLI::App* command = app.add_subcommand(
       "passkey",
       "model-level retrieval probe: plant PASSKEY = \"DIGITS\" at chosen depths of held-out "
-      "code, ask for it, answer greedily with dense attention and each selector and support; "
+      "code, ask for it, answer greedily with dense attention and each rule and support; "
       "accuracy, retained mass, and whether the planted value was in the support");
   // Owned jointly by the App (through the callback) and by `run`, which outlives parsing.
   auto flags = std::make_shared<PasskeyFlags>();
@@ -92,7 +92,7 @@ void add_passkey_command(CLI::App& app, std::function<int()>& run) {
   option("--trials", flags->trials, "INT", "trials (code window and digits) per context");
   option("--supports", flags->supports, "INT,...",
          "support sizes sinks + window + k x block size (k >= 1), comma-separated");
-  option("--rules,--selectors", flags->selectors, "NAME,...",
+  option("--rules,--selectors", flags->rules, "NAME,...",
          ("any of " + detail::rule_choices() + ", comma-separated (--selectors: its former name)")
              .c_str());
   option("--digits", flags->digits, "INT", "digits of the planted value, in [1, 16]");

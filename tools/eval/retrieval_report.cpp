@@ -27,7 +27,7 @@ std::string join(const std::vector<double>& values) {
 
 /// The grid the rows span, recovered from the rows themselves (so the writers need no options).
 struct Grid {
-  std::vector<RuleName> selectors;  // in row order
+  std::vector<RuleName> rules;  // in row order
   std::vector<std::int64_t> contexts, block_sizes, ks;
   std::vector<double> depths;
 };
@@ -37,9 +37,8 @@ Grid grid_of(const std::vector<RetrievalProbeResult>& rows) {
   std::set<std::int64_t> contexts, block_sizes, ks;
   std::set<double> depths;
   for (const auto& row : rows) {
-    if (std::find(grid.selectors.begin(), grid.selectors.end(), row.selector) ==
-        grid.selectors.end()) {
-      grid.selectors.push_back(row.selector);
+    if (std::find(grid.rules.begin(), grid.rules.end(), row.rule) == grid.rules.end()) {
+      grid.rules.push_back(row.rule);
     }
     contexts.insert(row.context);
     block_sizes.insert(row.block_size);
@@ -56,12 +55,12 @@ Grid grid_of(const std::vector<RetrievalProbeResult>& rows) {
 /// Mean over depths (and optionally over contexts and ks) of a per-cell quantity; rows that
 /// match every given filter count. A negative filter matches everything.
 template <class Field>
-double average(const std::vector<RetrievalProbeResult>& rows, RuleName selector,
-               std::int64_t context, std::int64_t block_size, std::int64_t k, Field field) {
+double average(const std::vector<RetrievalProbeResult>& rows, RuleName rule, std::int64_t context,
+               std::int64_t block_size, std::int64_t k, Field field) {
   double sum = 0.0;
   std::int64_t count = 0;
   for (const auto& row : rows) {
-    if (row.selector != selector) continue;
+    if (row.rule != rule) continue;
     if (context >= 0 && row.context != context) continue;
     if (block_size >= 0 && row.block_size != block_size) continue;
     if (k >= 0 && row.k != k) continue;
@@ -72,20 +71,20 @@ double average(const std::vector<RetrievalProbeResult>& rows, RuleName selector,
 }
 
 /// "`mean`: c <q, mean key of the block> ...": the rule's name and its registered description.
-std::string selector_description(RuleName rule) {
+std::string rule_description(RuleName rule) {
   return "`" + std::string(rule.name()) + "`: " + std::string(rule.info().description);
 }
 
 std::string csv_text(const std::vector<RetrievalProbeResult>& rows) {
   std::string out =
-      "selector,block_size,k,context,depth,trials,hit_rate,hits,mean_rank,candidate_blocks,chance,"
+      "rule,block_size,k,context,depth,trials,hit_rate,hits,mean_rank,candidate_blocks,chance,"
       "needle_position,needle_lift,mean_support,mean_retained_mass,strength,head_dim,sinks,"
       "window,seed\n";
   for (const auto& r : rows) {
     out += format(
         "%s,%lld,%lld,%lld,%s,%lld,%.4f,%lld,%.3f,%lld,%.4f,%lld,%.4f,%.1f,%.6f,%s,%lld,%lld,"
         "%lld,%llu\n",
-        std::string(to_string(r.selector)).c_str(), static_cast<long long>(r.block_size),
+        std::string(to_string(r.rule)).c_str(), static_cast<long long>(r.block_size),
         static_cast<long long>(r.k), static_cast<long long>(r.context), round_trip(r.depth).c_str(),
         static_cast<long long>(r.trials), r.hit_rate, static_cast<long long>(r.hits), r.mean_rank,
         static_cast<long long>(r.candidate_blocks), r.chance,
@@ -109,7 +108,7 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
   const std::int64_t b_min = grid.block_sizes.front(), b_max = grid.block_sizes.back();
   std::string md = "# Retrieval probe\n\n";
   md += format(
-      "Is the needle inside the support a selector chooses? One needle key among Gaussian "
+      "Is the needle inside the support a rule chooses? One needle key among Gaussian "
       "distractor keys (N(0, 1) per channel), head_dim %lld, a fresh query and fresh keys in "
       "each of %lld trials per cell, seed %llu. The query has norm sqrt(head_dim), so a "
       "distractor's score s = q.k / sqrt(d) is N(0, 1); the needle's score exceeds the largest "
@@ -120,28 +119,28 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
       static_cast<long long>(first.head_dim), static_cast<long long>(first.trials),
       static_cast<unsigned long long>(first.seed), round_trip(first.strength).c_str(),
       static_cast<long long>(first.sinks), static_cast<long long>(first.window));
-  md += "Selectors:\n\n";
-  for (const RuleName s : grid.selectors) md += "- " + selector_description(s) + "\n";
+  md += "Rules:\n\n";
+  for (const RuleName s : grid.rules) md += "- " + rule_description(s) + "\n";
   md +=
       "\n`chance` is k / candidate blocks, the hit rate of k blocks picked at random; "
       "`lift` is (s_needle - s_rest) / B, what the needle adds to its block's mean score "
-      "(docs/theory.md section 6). All depths, block sizes, ks and selectors of a trial share its "
+      "(docs/theory.md section 6). All depths, block sizes, ks and rules of a trial share its "
       "keys and query.\n\n";
 
   // Hit rate by (context, k, block size), averaged over depths.
   md += "## Hit rate by block size (mean over depths " + join(grid.depths) + ")\n\n";
   md += "| context | k | B |";
-  for (const RuleName s : grid.selectors) md += format(" %s |", std::string(to_string(s)).c_str());
+  for (const RuleName s : grid.rules) md += format(" %s |", std::string(to_string(s)).c_str());
   md += " chance | lift |\n|--:|--:|--:|";
-  for (std::size_t i = 0; i < grid.selectors.size(); ++i) md += "--:|";
+  for (std::size_t i = 0; i < grid.rules.size(); ++i) md += "--:|";
   md += "--:|--:|\n";
-  const RuleName any = grid.selectors.front();
+  const RuleName any = grid.rules.front();
   for (const std::int64_t context : grid.contexts) {
     for (const std::int64_t k : grid.ks) {
       for (const std::int64_t b : grid.block_sizes) {
         md += format("| %lld | %lld | %lld |", static_cast<long long>(context),
                      static_cast<long long>(k), static_cast<long long>(b));
-        for (const RuleName s : grid.selectors) {
+        for (const RuleName s : grid.rules) {
           md += format(" %.3f |",
                        average(rows, s, context, b, k, [](const auto& r) { return r.hit_rate; }));
         }
@@ -156,9 +155,9 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
   // The needle block's rank does not depend on k: one table per (context, block size).
   md += "\n## Mean rank of the needle's block (1 = first; retrieved iff rank <= k)\n\n";
   md += "| context | B | candidate blocks |";
-  for (const RuleName s : grid.selectors) md += format(" %s |", std::string(to_string(s)).c_str());
+  for (const RuleName s : grid.rules) md += format(" %s |", std::string(to_string(s)).c_str());
   md += "\n|--:|--:|--:|";
-  for (std::size_t i = 0; i < grid.selectors.size(); ++i) md += "--:|";
+  for (std::size_t i = 0; i < grid.rules.size(); ++i) md += "--:|";
   md += "\n";
   const std::int64_t k0 = grid.ks.front();
   for (const std::int64_t context : grid.contexts) {
@@ -168,7 +167,7 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
       });
       md += format("| %lld | %lld | %.0f |", static_cast<long long>(context),
                    static_cast<long long>(b), candidates);
-      for (const RuleName s : grid.selectors) {
+      for (const RuleName s : grid.rules) {
         md += format(" %.1f |",
                      average(rows, s, context, b, k0, [](const auto& r) { return r.mean_rank; }));
       }
@@ -179,19 +178,19 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
   // Depth: the keys have no positional structure, so this is a check that nothing does.
   const std::int64_t context_last = grid.contexts.back();
   const std::int64_t k_mid = grid.ks[grid.ks.size() / 2];
-  md += format("\n## Hit rate by depth (context %lld, k %lld)\n\n| selector | depth |",
+  md += format("\n## Hit rate by depth (context %lld, k %lld)\n\n| rule | depth |",
                static_cast<long long>(context_last), static_cast<long long>(k_mid));
   for (const std::int64_t b : grid.block_sizes)
     md += format(" B=%lld |", static_cast<long long>(b));
   md += "\n|---|--:|";
   for (std::size_t i = 0; i < grid.block_sizes.size(); ++i) md += "--:|";
   md += "\n";
-  for (const RuleName s : grid.selectors) {
+  for (const RuleName s : grid.rules) {
     for (const double depth : grid.depths) {
       md += format("| %s | %s |", std::string(to_string(s)).c_str(), round_trip(depth).c_str());
       for (const std::int64_t b : grid.block_sizes) {
         for (const auto& r : rows) {
-          if (r.selector == s && r.context == context_last && r.k == k_mid && r.block_size == b &&
+          if (r.rule == s && r.context == context_last && r.k == k_mid && r.block_size == b &&
               r.depth == depth) {
             md += format(" %.3f |", r.hit_rate);
           }
@@ -203,7 +202,7 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
 
   // The reading: every statement is computed from the rows above.
   md += "\n## Reading\n\n";
-  for (const RuleName s : grid.selectors) {
+  for (const RuleName s : grid.rules) {
     auto hit = [](const auto& r) { return r.hit_rate; };
     const double at_min = average(rows, s, -1, b_min, -1, hit);
     const double at_max = average(rows, s, -1, b_max, -1, hit);
@@ -256,7 +255,7 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
   }
   int easy = 0, settings = 0;
   for (const auto& r : rows) {
-    if (r.selector != any || r.depth != grid.depths.front()) continue;
+    if (r.rule != any || r.depth != grid.depths.front()) continue;
     ++settings;
     easy += r.chance >= 0.5 ? 1 : 0;
   }
@@ -279,7 +278,7 @@ std::string markdown_text(const std::vector<RetrievalProbeResult>& rows) {
 }
 
 /// Gnuplot data: one data set (separated by two blank lines, selected with `index`) per
-/// (context, k, series), series = the selectors in order, then chance.
+/// (context, k, series), series = the rules in order, then chance.
 std::string plot_data_text(const std::vector<RetrievalProbeResult>& rows, const Grid& grid) {
   std::string out =
       "# Hit rate (mean over depths) vs block size, written by amc-eval retrieval.\n"
@@ -288,9 +287,9 @@ std::string plot_data_text(const std::vector<RetrievalProbeResult>& rows, const 
   int index = 0;
   for (const std::int64_t context : grid.contexts) {
     for (const std::int64_t k : grid.ks) {
-      for (std::size_t series = 0; series <= grid.selectors.size(); ++series) {
-        const bool is_chance = series == grid.selectors.size();
-        const RuleName s = is_chance ? grid.selectors.front() : grid.selectors[series];
+      for (std::size_t series = 0; series <= grid.rules.size(); ++series) {
+        const bool is_chance = series == grid.rules.size();
+        const RuleName s = is_chance ? grid.rules.front() : grid.rules[series];
         out += format("# index %d: context %lld, k %lld, %s\nblock_size hit_rate\n", index++,
                       static_cast<long long>(context), static_cast<long long>(k),
                       is_chance ? "chance" : std::string(to_string(s)).c_str());
@@ -309,7 +308,7 @@ std::string plot_data_text(const std::vector<RetrievalProbeResult>& rows, const 
 }
 
 /// The script drawing retrieval_plot.dat: one panel per (context, k), a row of panels per
-/// context, a line per selector and a dashed one for chance.
+/// context, a line per rule and a dashed one for chance.
 std::string plot_script_text(const Grid& grid) {
   const auto panel_rows = static_cast<int>(grid.contexts.size());
   const auto panel_columns = static_cast<int>(grid.ks.size());
@@ -327,10 +326,9 @@ std::string plot_script_text(const Grid& grid) {
     for (const std::int64_t k : grid.ks) {
       panels += format("set title 'context %lld, k = %lld'\nplot ", static_cast<long long>(context),
                        static_cast<long long>(k));
-      for (std::size_t series = 0; series <= grid.selectors.size(); ++series) {
-        const bool is_chance = series == grid.selectors.size();
-        const std::string name =
-            is_chance ? "chance" : std::string(to_string(grid.selectors[series]));
+      for (std::size_t series = 0; series <= grid.rules.size(); ++series) {
+        const bool is_chance = series == grid.rules.size();
+        const std::string name = is_chance ? "chance" : std::string(to_string(grid.rules[series]));
         const char* style = is_chance ? "dt 2 lw 1 lc rgb 'gray40' pt 0" : kStyles[series % 4];
         panels += format("%s'retrieval_plot.dat' index %d using 1:2 with linespoints %s title '%s'",
                          series == 0 ? "" : ", \\\n     ", index++, style, name.c_str());
@@ -338,7 +336,7 @@ std::string plot_script_text(const Grid& grid) {
       panels += "\n";
     }
   }
-  return "# Hit rate vs block size per selector, one panel per (context, k), from\n"
+  return "# Hit rate vs block size per rule, one panel per (context, k), from\n"
          "# retrieval_plot.dat.\n" +
          gnuplot_preamble() +
          format(

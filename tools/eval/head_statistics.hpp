@@ -1,5 +1,5 @@
 // Per layer and query head statistics of a run's sparse decode steps, aggregated over steps:
-// retained mass, error norm and selector recall (docs/reproduce.md section 4, item 3).
+// retained mass, error norm and rule recall (docs/reproduce.md section 4, item 3).
 #pragma once
 
 #include <cstdint>

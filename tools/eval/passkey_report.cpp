@@ -23,7 +23,7 @@ struct Grid {
 };
 
 bool same_run(const PasskeyRunKind& a, const PasskeyRunKind& b) {
-  return a.selector == b.selector && a.support.support == b.support.support;
+  return a.rule == b.rule && a.support.support == b.support.support;
 }
 
 Grid grid_of(const std::vector<PasskeyCell>& cells) {
@@ -89,8 +89,8 @@ std::string absolute(const std::string& path) {
   return p.string();
 }
 
-std::string selector_name(const PasskeyRunKind& run) {
-  return run.selector ? std::string(run.selector->name()) : "dense";
+std::string rule_name(const PasskeyRunKind& run) {
+  return run.rule ? std::string(run.rule->name()) : "dense";
 }
 
 std::string settings_columns(const PasskeyOptions& o) {
@@ -103,7 +103,7 @@ std::string settings_columns(const PasskeyOptions& o) {
 
 std::string cells_csv(const PasskeyResults& results, const PasskeyOptions& options) {
   std::string out =
-      "selector,support,k,context,depth,trials,correct,accuracy,mean_retained_mass,"
+      "rule,support,k,context,depth,trials,correct,accuracy,mean_retained_mass,"
       "planted_in_support,planted_in_support_by_layer,block_size,sinks,window,scope,digits,seed,"
       "model\n";
   const std::string settings = settings_columns(options);
@@ -113,10 +113,9 @@ std::string cells_csv(const PasskeyResults& results, const PasskeyOptions& optio
       if (!by_layer.empty()) by_layer += ' ';
       by_layer += format("%.4f", x);
     }
-    const std::string support =
-        c.run.selector ? std::to_string(c.run.support.support) : std::string();
-    const std::string k = c.run.selector ? std::to_string(c.run.support.k) : std::string();
-    out += format("%s,%s,%s,%lld,%s,%lld,%lld,%.4f,%.6f,%.4f,%s,", selector_name(c.run).c_str(),
+    const std::string support = c.run.rule ? std::to_string(c.run.support.support) : std::string();
+    const std::string k = c.run.rule ? std::to_string(c.run.support.k) : std::string();
+    out += format("%s,%s,%s,%lld,%s,%lld,%lld,%.4f,%.6f,%.4f,%s,", rule_name(c.run).c_str(),
                   support.c_str(), k.c_str(), static_cast<long long>(c.context),
                   round_trip(c.depth).c_str(), static_cast<long long>(c.trials),
                   static_cast<long long>(c.correct), c.accuracy, c.mean_retained_mass,
@@ -128,12 +127,12 @@ std::string cells_csv(const PasskeyResults& results, const PasskeyOptions& optio
 
 std::string trials_csv(const PasskeyResults& results, const PasskeySetup& setup) {
   std::string out =
-      "context,depth,trial,selector,support,document,start_byte,record_byte,digits,answer,"
+      "context,depth,trial,rule,support,document,start_byte,record_byte,digits,answer,"
       "correct,record_begin,value_begin,value_end,retained_mass,planted_in_support\n";
   for (const PasskeyTrialRow& row : results.rows) {
     const PasskeyCase& k = *row.passkey_case;
     const std::string support =
-        row.run.selector ? std::to_string(row.run.support.support) : std::string();
+        row.run.rule ? std::to_string(row.run.support.support) : std::string();
     // Digits and answers quoted always: a spreadsheet keeps "01234" as text then.
     std::string answer = "\"";
     for (const char c : escaped(row.answer.text))
@@ -142,7 +141,7 @@ std::string trials_csv(const PasskeyResults& results, const PasskeySetup& setup)
     out +=
         format("%lld,%s,%lld,%s,%s,", static_cast<long long>(k.context),
                round_trip(k.depth).c_str(), static_cast<long long>(k.trial),
-               selector_name(row.run).c_str(), support.c_str()) +
+               rule_name(row.run).c_str(), support.c_str()) +
         csv_field(setup.documents[k.draw.document].path) +
         format(",%lld,%lld,\"%s\",%s,%d,%lld,%lld,%lld,%.6f,%.4f\n",
                static_cast<long long>(k.draw.start_byte),
@@ -203,9 +202,9 @@ std::string markdown_text(const PasskeyResults& results, const PasskeyOptions& o
       "reads only a support? A record `PASSKEY = \"DIGITS\"` (%lld random digits) is planted at "
       "the start of the line nearest each depth of a window of code (depth x the code's length; "
       "the first line start at or after it), the prompt ends with `\\nPASSKEY = \"`, and the "
-      "model answers greedily with dense attention and with each selector at each support size "
+      "model answers greedily with dense attention and with each rule at each support size "
       "(sinks + window + k blocks). An answer is correct when it starts with the digits. Each "
-      "cell has %lld trials; all depths, selectors and supports of a (context, trial) share its "
+      "cell has %lld trials; all depths, rules and supports of a (context, trial) share its "
       "code window and digits. The first context - 1 tokens are prefilled densely; the prompt's "
       "last token and the answer's tokens run with the run's attention.\n\n",
       static_cast<long long>(o.digits), static_cast<long long>(trials));
@@ -293,15 +292,14 @@ std::string plot_data_text(const PasskeyResults& results, const Grid& grid) {
 
 std::string plot_script_text(const Grid& grid) {
   const auto panels = static_cast<int>(grid.contexts.size());
-  // A colour per selector and a point type per support size, so that the lines of one rule
+  // A colour per rule and a point type per support size, so that the lines of one rule
   // read as a family; dense dashed black.
-  std::vector<std::string> selectors;
+  std::vector<std::string> rules;
   std::vector<std::int64_t> supports;
   for (const PasskeyRunKind& r : grid.runs) {
-    if (!r.selector) continue;
-    const std::string name(r.selector->name());
-    if (std::find(selectors.begin(), selectors.end(), name) == selectors.end())
-      selectors.push_back(name);
+    if (!r.rule) continue;
+    const std::string name(r.rule->name());
+    if (std::find(rules.begin(), rules.end(), name) == rules.end()) rules.push_back(name);
     if (std::find(supports.begin(), supports.end(), r.support.support) == supports.end())
       supports.push_back(r.support.support);
   }
@@ -315,9 +313,8 @@ std::string plot_script_text(const Grid& grid) {
     for (std::size_t r = 0; r < grid.runs.size(); ++r) {
       const PasskeyRunKind& run = grid.runs[r];
       std::string style = "dt 2 lw 3 lc rgb 'black' pt 6";
-      if (run.selector) {
-        const auto s =
-            std::find(selectors.begin(), selectors.end(), run.selector->name()) - selectors.begin();
+      if (run.rule) {
+        const auto s = std::find(rules.begin(), rules.end(), run.rule->name()) - rules.begin();
         const auto k =
             std::find(supports.begin(), supports.end(), run.support.support) - supports.begin();
         style = format("lw 2 lc %d pt %d", kColours[s % 5], kPoints[k % 6]);

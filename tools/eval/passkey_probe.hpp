@@ -1,11 +1,11 @@
 // amc-eval passkey: a model-level retrieval probe. A value (PASSKEY = "DIGITS") is planted at
 // chosen depths in held-out code, the prompt asks for it, and the model answers greedily with
-// dense attention and with each selector at each support size. Per (context, depth, selector,
+// dense attention and with each rule at each support size. Per (context, depth, rule,
 // support): the retrieval accuracy, the retained mass at the answering steps, and how often the
 // support held every token of the planted value.
 //
 // A trial (context c, trial t) draws its code window and digits from (seed, c, t) only, so every
-// depth, selector and support of a trial sees the same code and digits; a depth moves only the
+// depth, rule and support of a trial sees the same code and digits; a depth moves only the
 // record. Per (c, depth, t) the prompt's first c - 1 tokens are prefilled densely once, and
 // every run starts from that cache (Session::truncate): the prompt's last token and the answer's
 // tokens go through the decode path, dense or sparse, so that every answer token, the first
@@ -42,10 +42,10 @@ struct PasskeyOptions {
   std::vector<double> depths{0.1, 0.3, 0.5, 0.7, 0.85};  ///< --depths, each in (0, 1)
   std::int64_t trials = 10;                              ///< --trials per (context, depth)
   std::vector<SupportSize> supports;                     ///< --supports, mapped to k
-  std::vector<RuleName> selectors{RuleName::mean_pooled, RuleName::channel_bound,
-                                  RuleName::oracle};  ///< --rules
-  std::int64_t digits = 5;                            ///< --digits of the value, in [1, 16]
-  std::uint64_t seed = 1;                             ///< --seed
+  std::vector<RuleName> rules{RuleName::mean_pooled, RuleName::channel_bound,
+                              RuleName::oracle};  ///< --rules
+  std::int64_t digits = 5;                        ///< --digits of the value, in [1, 16]
+  std::uint64_t seed = 1;                         ///< --seed
   /// Block size, sinks, window, scope, ... (the library's selection options); score and top_k
   /// are set per run from --rules and --supports.
   SparseConfig sparse;
@@ -88,10 +88,10 @@ struct PasskeySetup {
 /// puts a record inside the sinks or the window (where every support holds it).
 PasskeySetup prepare_passkey(const PasskeyOptions& options);
 
-/// One run: dense (no selector) or a selector at a support size.
+/// One run: dense (no rule) or a rule at a support size.
 struct PasskeyRunKind {
-  std::optional<RuleName> selector;  ///< nullopt: dense
-  SupportSize support;               ///< {0, 0} for dense
+  std::optional<RuleName> rule;  ///< nullopt: dense
+  SupportSize support;           ///< {0, 0} for dense
 };
 
 /// What one run answered, and what its supports held at the answering steps.
@@ -153,13 +153,13 @@ struct PasskeyTrialRow {
 };
 
 struct PasskeyResults {
-  std::vector<PasskeyCell> cells;  ///< by context, depth, then dense and selectors x supports
+  std::vector<PasskeyCell> cells;  ///< by context, depth, then dense and rules x supports
   std::vector<PasskeyTrialRow> rows;
 };
 
 class Progress;
 
-/// Runs every case of `setup`: dense, then each selector (in the order given) at each support
+/// Runs every case of `setup`: dense, then each rule (in the order given) at each support
 /// (ascending). Reports each case to `progress` when given. Throws amc::error naming the case
 /// (context, depth, trial, document) when a run fails.
 PasskeyResults run_passkey_probe(const PasskeyOptions& options, const PasskeySetup& setup,

@@ -1,8 +1,8 @@
 // The retrieval probe of amc-eval: one needle key at a controlled depth among Gaussian
-// distractor keys, and the question whether a selector's support (sinks U window U top-k
+// distractor keys, and the question whether a rule's support (sinks U window U top-k
 // blocks) contains it. On these keys it shows the mean-pooling dilution of docs/theory.md section
 // 6: a needle lifts its block's mean score by only (s_needle - s_rest) / B, so the mean-pooled
-// selector loses it as blocks grow, while the oracle (top-k blocks by true mass) keeps it.
+// rule loses it as blocks grow, while the oracle (top-k blocks by true mass) keeps it.
 //
 // Selection is amc's own: BlockSummaries, BlockSparseDecode with the built-in rules (mean,
 // bound, oracle), Support::contains. The probe only makes the keys and counts.
@@ -19,7 +19,7 @@
 
 namespace amc::eval {
 
-/// What to measure. Every cell (selector, context, block size, k, depth) runs `trials` needles.
+/// What to measure. Every cell (rule, context, block size, k, depth) runs `trials` needles.
 /// validate() refuses bad values with amc::error naming the command-line flag and the value.
 struct RetrievalProbeOptions {
   std::int64_t head_dim = 64;                            ///< --head-dim
@@ -35,20 +35,20 @@ struct RetrievalProbeOptions {
   std::uint64_t seed = 1;    ///< --seed
   std::int64_t sinks = 1;    ///< --sinks: first positions always kept
   std::int64_t window = 64;  ///< --window: last positions always kept
-  /// The rules' own settings (--shortlist, --shortlist-score, --sub-blocks, ...: every
+  /// The rules' own settings (--shortlist, --shortlist-rule, --sub-blocks, ...: every
   /// registered rule's, RuleInfo::settings; unset: the rules' defaults).
   RuleSettings rule_settings;
   /// --rules: mean (the method), bound (channel bound, Quest-style), oracle (true mass).
-  std::vector<RuleName> selectors{RuleName::mean_pooled, RuleName::channel_bound, RuleName::oracle};
+  std::vector<RuleName> rules{RuleName::mean_pooled, RuleName::channel_bound, RuleName::oracle};
 
   /// Throws amc::error "retrieval: --flag: ..." for the first bad option. Refuses depths that
-  /// put the needle in the sinks or the window, where every selector would "find" it.
+  /// put the needle in the sinks or the window, where every rule would "find" it.
   void validate() const;
 };
 
-/// One cell: a selector's record on `trials` needles at one (context, block size, k, depth).
+/// One cell: a rule's record on `trials` needles at one (context, block size, k, depth).
 struct RetrievalProbeResult {
-  RuleName selector = RuleName::mean_pooled;
+  RuleName rule = RuleName::mean_pooled;
   std::int64_t block_size = 0;
   std::int64_t k = 0;
   std::int64_t context = 0;
@@ -57,7 +57,7 @@ struct RetrievalProbeResult {
   std::int64_t trials = 0;
   std::int64_t hits = 0;  ///< needles inside the support
   double hit_rate = 0.0;  ///< hits / trials
-  /// Mean rank of the needle's block among the candidate blocks by the selector's score
+  /// Mean rank of the needle's block among the candidate blocks by the rule's score
   /// (1 = first; the needle is retrieved iff rank <= k).
   double mean_rank = 0.0;
   /// Blocks that may be selected: those with a position outside the sinks and the window.
@@ -79,9 +79,9 @@ struct RetrievalProbeResult {
   std::vector<std::uint8_t> trial_hits;
 };
 
-/// Runs every cell. Cells are ordered by selector (as in options.selectors), context, block
+/// Runs every cell. Cells are ordered by rule (as in options.rules), context, block
 /// size, k, depth, each list sorted ascending. Within a (context, trial) all depths, block
-/// sizes, ks and selectors see the same distractors and query (paired comparison), so
+/// sizes, ks and rules see the same distractors and query (paired comparison), so
 /// differences between cells are not sampling noise between key sets.
 std::vector<RetrievalProbeResult> run_retrieval_probe(const RetrievalProbeOptions& options);
 

@@ -49,7 +49,7 @@ std::vector<PasskeyRunKind> run_kinds(const PasskeyOptions& options) {
   std::sort(supports.begin(), supports.end(),
             [](const SupportSize& a, const SupportSize& b) { return a.support < b.support; });
   std::vector<PasskeyRunKind> runs{PasskeyRunKind{}};
-  for (const RuleName s : options.selectors) {
+  for (const RuleName s : options.rules) {
     for (const SupportSize& size : supports) runs.push_back({s, size});
   }
   return runs;
@@ -57,7 +57,7 @@ std::vector<PasskeyRunKind> run_kinds(const PasskeyOptions& options) {
 
 SparseConfig run_config(const PasskeyOptions& options, const PasskeyRunKind& run) {
   SparseConfig c = options.sparse;
-  c.score = *run.selector;
+  c.rule = *run.rule;
   c.top_k = run.support.k;
   return c;
 }
@@ -96,18 +96,18 @@ void PasskeyOptions::validate() const {
     AMC_CHECK(s.support == sparse.sinks + sparse.window + s.k * sparse.block_size, kWhere,
               "--supports: ", s.support, " is not sinks + window + ", s.k, " x block size (",
               sparse.sinks, " + ", sparse.window, " + ", s.k, " x ", sparse.block_size, ")");
-    // k = 0 would select nothing: every "selector" would read the same sinks and window.
+    // k = 0 would select nothing: every "rule" would read the same sinks and window.
     AMC_CHECK(s.k >= 1, kWhere, "--supports: ", s.support, " is only the sinks and the window (",
               sparse.sinks, " + ", sparse.window, "): no block would be selected; the smallest ",
               "valid size is ", sparse.sinks + sparse.window + sparse.block_size);
   }
 
-  require_nonempty(selectors, "--rules");
-  require_distinct(selectors, "--rules",
+  require_nonempty(rules, "--rules");
+  require_distinct(rules, "--rules",
                    [](RuleName s) { return std::string("'").append(s.name()).append("'"); });
-  for (const RuleName s : selectors) {
+  for (const RuleName s : rules) {
     SparseConfig c = sparse;
-    c.score = s;
+    c.rule = s;
     c.top_k = supports.front().k;
     try {
       c.validate();
@@ -351,8 +351,8 @@ PasskeyAnswer PasskeyRunner::answer(const std::string& digits,
 // --- the probe --------------------------------------------------------------------------------
 
 std::string run_label(const PasskeyRunKind& run) {
-  if (!run.selector) return "dense";
-  return std::string(run.selector->name()) + " " + std::to_string(run.support.support);
+  if (!run.rule) return "dense";
+  return std::string(run.rule->name()) + " " + std::to_string(run.support.support);
 }
 
 PasskeyResults run_passkey_probe(const PasskeyOptions& options, const PasskeySetup& setup,
@@ -381,7 +381,7 @@ PasskeyResults run_passkey_probe(const PasskeyOptions& options, const PasskeySet
       cell.depth = depth;
       cell.mean_retained_mass = 0.0;
       cell.planted_in_support = 0.0;
-      if (run.selector) cell.planted_by_layer.assign(static_cast<std::size_t>(layers), 0.0);
+      if (run.rule) cell.planted_by_layer.assign(static_cast<std::size_t>(layers), 0.0);
       results.cells.push_back(std::move(cell));
     }
   }
@@ -409,7 +409,7 @@ PasskeyResults run_passkey_probe(const PasskeyOptions& options, const PasskeySet
                           static_cast<std::int64_t>(runs.size()));
         }
         std::optional<SparseConfig> config;
-        if (run.selector) config = run_config(options, run);
+        if (run.rule) config = run_config(options, run);
         PasskeyAnswer answer = runner.answer(k.draw.digits, config);
         PasskeyCell& cell = cell_of(k, r);
         ++cell.trials;
@@ -419,7 +419,7 @@ PasskeyResults run_passkey_probe(const PasskeyOptions& options, const PasskeySet
         for (std::size_t l = 0; l < answer.planted_by_layer.size(); ++l) {
           cell.planted_by_layer[l] += answer.planted_by_layer[l];
         }
-        if (run.selector) {
+        if (run.rule) {
           sparse_correct += answer.correct ? 1 : 0;
         } else {
           dense_correct = answer.correct;

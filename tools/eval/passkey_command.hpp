@@ -24,7 +24,7 @@ struct PasskeyFlags {
   std::string depths = "0.1,0.3,0.5,0.7,0.85";
   std::string trials = "10";
   std::string supports = "97,193,385";
-  std::string selectors = "mean,bound,oracle";
+  std::string rules = "mean,bound,oracle";
   std::string digits = "5";
   std::string seed = "1";
   transformer::SessionFlags session;  ///< --threads (empty: every hardware thread) and the rest

@@ -42,7 +42,7 @@ struct PasskeyDocument {
 PasskeyDocument make_passkey_document(std::string path, std::span<const std::int32_t> ids,
                                       const transformer::Tokenizer& tokenizer);
 
-/// What a (context, trial) draws, shared by all its depths, selectors and supports.
+/// What a (context, trial) draws, shared by all its depths, rules and supports.
 struct PasskeyDraw {
   std::size_t document = 0;     ///< index into the documents
   std::int64_t start_byte = 0;  ///< the code window starts here, at the start of a line

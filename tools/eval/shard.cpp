@@ -136,7 +136,7 @@ SweepManifest read_manifest(const std::filesystem::path& dir, const char* where)
     }
     m.shard = {j.at("shard").at("index").get<std::int64_t>(),
                j.at("shard").at("count").get<std::int64_t>()};
-    m.settings = j.at("settings");
+    m.settings = with_current_setting_names(j.at("settings"));
     m.contexts = j.at("contexts").get<std::vector<std::int64_t>>();
     m.supports = j.at("supports").get<std::vector<std::int64_t>>();
     m.prefixes = j.at("prefixes").get<std::int64_t>();

@@ -3,7 +3,7 @@
 //
 //   amc-eval sweep --model DIR (--text FILE... | --ids FILE...) --contexts 2048,8192,16384
 //            --supports 97,193,385,769 [--prefixes 5] [--tokens 128]
-//            [--block-size 16 --sinks 1 --window 64 --scope head|group --score RULE --combine
+//            [--block-size 16 --sinks 1 --window 64 --scope head|group --rule RULE --combine
 //            sum|max]
 //            [--threads N] [--kv-dtype auto|bf16|f32] [--rope-angles auto|transformers|exact]
 //            --out DIR [--resume] [--dense-control] [--shard I/N]

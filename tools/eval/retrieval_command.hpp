@@ -21,7 +21,7 @@ struct RetrievalFlags {
   std::string block_sizes = "8,16,32,64";
   std::string ks = "2,8,20";
   std::string depths = "0.1,0.3,0.5,0.7,0.9";
-  std::string selectors = "mean,bound,oracle";
+  std::string rules = "mean,bound,oracle";
   std::string trials = "64";
   std::string strength = "6";
   std::string seed = "1";

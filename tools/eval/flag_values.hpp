@@ -53,7 +53,7 @@ auto parse_flag_list(const std::string& text, Parse parse) {
 }
 
 /// A registered selection rule by name, or "WHERE: --rules: expected any of ...".
-inline RuleName parse_flag_selector(std::string_view text, const char* where) {
+inline RuleName parse_flag_rule(std::string_view text, const char* where) {
   const std::string_view name = trim_blanks(text);
   if (find_rule_or_null(name) == nullptr) {
     detail::throw_error(where, "--rules: expected any of ", detail::rule_choices(),

@@ -95,7 +95,7 @@ std::string summary_markdown(const std::vector<SummaryRow>& rows, const std::vec
     << (c.value("scope", std::string()) == "group" ? "GQA group" : "query head") << ": the first "
     << c.value("sinks", 0) << " positions, the last " << c.value("window", 0)
     << " positions and the k blocks of " << c.value("block_size", 0)
-    << " positions ranked highest by the '" << c.value("score", std::string())
+    << " positions ranked highest by the '" << c.value("rule", std::string())
     << "' rule (support = sinks + window + k x block size).\n\n";
   s << "| Context | Support (k) | Runs | Exact match | Median first divergence | Median PPL "
        "change | PPL change range | Median TF match | Median retained mass | Mean support read |\n";

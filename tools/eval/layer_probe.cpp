@@ -12,7 +12,7 @@ namespace {
 
 SparseConfig oracle_config(SparseConfig c) {
   c.scope = SelectionScope::per_head;
-  c.score = RuleName::oracle;
+  c.rule = RuleName::oracle;
   return c;
 }
 
@@ -24,8 +24,7 @@ LayerProbe::LayerProbe(const transformer::Config& model, const SparseConfig& con
       kv_heads_(model.num_key_value_heads),
       head_dim_(model.head_dim),
       oracle_(oracle_config(config)),
-      oracle_is_selector_(config.score == RuleName::oracle &&
-                          config.scope == SelectionScope::per_head),
+      oracle_is_rule_(config.rule == RuleName::oracle && config.scope == SelectionScope::per_head),
       recall_(static_cast<std::size_t>(model.num_attention_heads)) {
   stats_.reset(model.num_hidden_layers, heads_);
 }
@@ -67,7 +66,7 @@ void LayerProbe::observe(const transformer::LayerAttention& a, const transformer
             "the step ran no sparse and dense attention side by side (needs sparse decode with "
             "retained_mass)");
   if (a.layer == 0) ++stats_.steps;
-  if (oracle_is_selector_) {
+  if (oracle_is_rule_) {
     std::fill(recall_.begin(), recall_.end(), 1.0);
   } else {
     oracle_recall(a, cache);

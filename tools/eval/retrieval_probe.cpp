@@ -14,7 +14,7 @@
 
 #include "amc/attention/block_summaries.hpp"
 #include "amc/attention/decode.hpp"
-#include "amc/attention/selectors.hpp"
+#include "amc/attention/registered_rule.hpp"
 #include "amc/error.hpp"
 #include "amc/kv_view.hpp"
 #include "amc/tensor.hpp"
@@ -205,8 +205,8 @@ void RetrievalProbeOptions::validate() const {
     }
   }
 
-  require_nonempty(selectors, "--rules");
-  require_distinct(selectors, "--rules");
+  require_nonempty(rules, "--rules");
+  require_distinct(rules, "--rules");
 }
 
 // --- synthetic keys ---------------------------------------------------------------------------
@@ -271,33 +271,33 @@ std::vector<RetrievalProbeResult> run_retrieval_probe(const RetrievalProbeOption
   const auto block_sizes = sorted(options.block_sizes);
   const auto ks = sorted(options.ks);
   const auto depths = sorted(options.depths);
-  const auto& selectors = options.selectors;
+  const auto& rules = options.rules;
   const std::size_t n_c = contexts.size(), n_b = block_sizes.size(), n_k = ks.size(),
-                    n_d = depths.size(), n_s = selectors.size();
+                    n_d = depths.size(), n_s = rules.size();
   auto cell_index = [&](std::size_t s, std::size_t c, std::size_t b, std::size_t k, std::size_t d) {
     return (((s * n_c + c) * n_b + b) * n_k + k) * n_d + d;
   };
   std::vector<CellTotals> totals(n_s * n_c * n_b * n_k * n_d);
   for (auto& t : totals) t.trial_hits.assign(static_cast<std::size_t>(options.trials), 0);
 
-  // One operator per (block size, k, selector), reused across trials (they own their scratch).
+  // One operator per (block size, k, rule), reused across trials (they own their scratch).
   std::vector<BlockSparseDecode<RegisteredRule>> operators;
   operators.reserve(n_b * n_k * n_s);
   for (const std::int64_t b : block_sizes) {
     for (const std::int64_t k : ks) {
-      for (const RuleName s : selectors) {
+      for (const RuleName s : rules) {
         SparseConfig config;
         config.block_size = b;
         config.top_k = k;
         config.sinks = options.sinks;
         config.window = options.window;
         config.rule_settings = options.rule_settings;
-        config.score = s;
+        config.rule = s;
         operators.emplace_back(config);
       }
     }
   }
-  // The summaries every selector of the probe needs (a rule's own requirements).
+  // The summaries every rule of the probe needs (a rule's own requirements).
   SummaryOptions summary_options;
   for (const auto& op : operators) {
     summary_options = summary_options.merged(required_summaries(op.config()));
@@ -371,7 +371,7 @@ std::vector<RetrievalProbeResult> run_retrieval_probe(const RetrievalProbeOption
           for (std::size_t di = 0; di < n_d; ++di) {
             CellTotals& cell = totals[cell_index(si, ci, bi, ki, di)];
             RetrievalProbeResult r;
-            r.selector = selectors[si];
+            r.rule = rules[si];
             r.block_size = block_sizes[bi];
             r.k = ks[ki];
             r.context = contexts[ci];

@@ -26,6 +26,11 @@ struct RunFile {
 };
 RunFile read_run_file(const std::filesystem::path& path);
 
+/// `settings` with every selection setting recorded under a former name ("score",
+/// "shortlist_score": SparseSetting::former_name) under its name now, in place of the old key,
+/// so that records written before a setting was renamed still resume and merge.
+Json with_current_setting_names(const Json& settings);
+
 class RunLog {
  public:
   /// Opens DIR/runs.jsonl for a sweep whose records carry `settings`.

@@ -26,7 +26,7 @@ T parse_number(std::string_view text, const char* flag) {
   return parse_flag_number<T>(text, kWhere, flag);
 }
 
-RuleName parse_selector(std::string_view text) { return parse_flag_selector(text, kWhere); }
+RuleName parse_rule_flag(std::string_view text) { return parse_flag_rule(text, kWhere); }
 
 }  // namespace
 
@@ -40,7 +40,7 @@ RetrievalProbeOptions retrieval_options_from_flags(const RetrievalFlags& flags) 
   options.ks = parse_flag_list(flags.ks, integers("--ks"));
   options.depths = parse_flag_list(
       flags.depths, [](std::string_view item) { return parse_number<double>(item, "--depths"); });
-  options.selectors = parse_flag_list(flags.selectors, parse_selector);
+  options.rules = parse_flag_list(flags.rules, parse_rule_flag);
   options.trials = parse_number<std::int64_t>(flags.trials, "--trials");
   options.strength = parse_number<double>(flags.strength, "--strength");
   options.seed = parse_number<std::uint64_t>(flags.seed, "--seed");
@@ -57,7 +57,7 @@ void add_retrieval_command(CLI::App& app, std::function<int()>& run) {
   CLI::App* command = app.add_subcommand(
       "retrieval",
       "retrieval probe on synthetic keys: is a needle key in the support of the mean, "
-      "channel-bound and oracle selectors, as block size and k vary (docs/theory.md section 6)");
+      "channel-bound and oracle rules, as block size and k vary (docs/theory.md section 6)");
   // Owned jointly by the App (through the callback) and by `run`, which outlives parsing.
   auto flags = std::make_shared<RetrievalFlags>();
   // Every value is taken as text and parsed by retrieval_options_from_flags.
@@ -69,7 +69,7 @@ void add_retrieval_command(CLI::App& app, std::function<int()>& run) {
   option("--ks", flags->ks, "INT,...", "numbers of selected blocks k, comma-separated");
   option("--depths", flags->depths, "NUM,...",
          "needle depths in [0, 1): position floor(depth * context), comma-separated");
-  option("--rules,--selectors", flags->selectors, "NAME,...",
+  option("--rules,--selectors", flags->rules, "NAME,...",
          ("any of " + detail::rule_choices() + ", comma-separated (--selectors: its former name)")
              .c_str());
   option("--trials", flags->trials, "INT", "needles per cell");

@@ -3,7 +3,9 @@
 
 #include <fstream>
 #include <sstream>
+#include <string>
 
+#include "amc/attention/sparse_config.hpp"
 #include "refuse.hpp"
 
 namespace amc::eval {
@@ -34,11 +36,27 @@ RunFile read_run_file(const std::filesystem::path& path) {
       refuse(path.string(), ":", line,
              ": not a run record (the file is damaged); remove the line or use another --out");
     }
+    record["settings"] = with_current_setting_names(record["settings"]);
     file.records.push_back(std::move(record));
     begin = end + 1;
     file.complete_bytes = begin;
   }
   return file;
+}
+
+Json with_current_setting_names(const Json& settings) {
+  if (!settings.is_object()) return settings;
+  Json out = Json::object();
+  for (const auto& [key, value] : settings.items()) {
+    std::string name = key;
+    for (const SparseSetting& s : sparse_settings()) {
+      if (!s.former_name.empty() && key == s.former_name && !settings.contains(s.name)) {
+        name = s.name;
+      }
+    }
+    out[name] = value;
+  }
+  return out;
 }
 
 RunLog::RunLog(const std::filesystem::path& dir, const Json& settings, bool resume)
