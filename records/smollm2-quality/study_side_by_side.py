@@ -4,7 +4,7 @@
     python3 records/smollm2-quality/study_side_by_side.py [DIR] > DIR/study_side_by_side.txt
 
 DIR (default: this script's folder) holds run.sh's outputs: sweeps-{prose,code}/RULE/
-(summary.csv, runs.jsonl.gz) and passkey/RUN/passkey.csv. Every number is computed from the
+(summary.csv, runs.jsonl.gz) and passkey/NAME/passkey.csv. Every number is computed from the
 per-run records in runs.jsonl.gz; the medians per condition are checked against each sweep's
 summary.csv (written by amc-eval) before anything is printed.
 
