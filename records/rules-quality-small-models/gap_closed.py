@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The gap closed to the oracle (docs/selectors.md, "Reading") from amc-eval sweep summaries.
+"""The gap closed to the oracle (docs/rules.md) from amc-eval sweep summaries.
 
     python3 records/rules-quality-small-models/gap_closed.py MEAN_DIR ORACLE_DIR RULE_DIR...
 

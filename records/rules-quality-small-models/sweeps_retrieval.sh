@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The selector comparison of docs/selectors.md on data/qwen2-retrieval at its training context
+# The rule comparison of docs/rules.md on data/qwen2-retrieval at its training context
 # (issue 16's second model): the sweeps, then the gap-closed tables.
 #
 #   records/rules-quality-small-models/sweeps_retrieval.sh [OUT_DIR]     (default records/rules-quality-small-models/sweeps-retrieval)
@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=${1:-records/rules-quality-small-models/sweeps-retrieval}
-eval=build/release/examples/eval/amc-eval
+eval=build/release/tools/eval/amc-eval
 mkdir -p "$out"
 mapfile -t documents < <(/usr/bin/python3 tools/train_tiny/heldout_files.py)
 common=(--model data/qwen2-retrieval --text "${documents[@]}" --contexts 3968
@@ -27,14 +27,14 @@ sweep() {  # NAME FLAGS...: one sweep into $out/NAME, skipped when its summary e
 }
 for scope in head group; do
   p=$([[ $scope == head ]] && echo sw || echo g)
-  sweep "$p-mean" --scope "$scope" --score mean
-  sweep "$p-oracle" --scope "$scope" --score oracle
-  sweep "$p-bound" --scope "$scope" --score bound
-  sweep "$p-two4" --scope "$scope" --score twostage --shortlist 4
-  sweep "$p-two4-bound" --scope "$scope" --score twostage --shortlist 4 --shortlist-score bound
-  sweep "$p-sub8" --scope "$scope" --score submean --sub-blocks 8
-  sweep "$p-two4-sub8" --scope "$scope" --score twostage --shortlist 4 \
-    --shortlist-score submean --sub-blocks 8
+  sweep "$p-mean" --scope "$scope" --rule mean
+  sweep "$p-oracle" --scope "$scope" --rule oracle
+  sweep "$p-bound" --scope "$scope" --rule bound
+  sweep "$p-two4" --scope "$scope" --rule twostage --shortlist 4
+  sweep "$p-two4-bound" --scope "$scope" --rule twostage --shortlist 4 --shortlist-rule bound
+  sweep "$p-sub8" --scope "$scope" --rule submean --sub-blocks 8
+  sweep "$p-two4-sub8" --scope "$scope" --rule twostage --shortlist 4 \
+    --shortlist-rule submean --sub-blocks 8
 done
 find "$out" -name runs.jsonl -exec gzip -9 -n -f {} \;
 find "$out" -name 'gnuplot*.log' -delete

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The tables and plots of docs/results-smollm2.md from run.sh's outputs.
 
-    python3 records/smollm2-quality/report.py [DIR]      (default docs/results-smollm2)
+    python3 records/smollm2-quality/report.py [DIR]      (default: this script's folder)
 
 Reads DIR/sweeps-{prose,code}/RULE/summary.csv (amc-eval sweep) and DIR/passkey/RUN/passkey.csv
 (amc-eval passkey); writes DIR/tables.md and, per corpus, DIR/quality-CORPUS.{dat,png} (gnuplot).
-G is the gap closed to the oracle (docs/selectors.md): (mean - rule) / (mean - oracle) on
+G is the gap closed to the oracle (docs/rules.md): (mean - rule) / (mean - oracle) on
 the largest perplexity change over the prefixes and on the median omitted mass, as
 records/rules-quality-small-models/gap_closed.py computes it.
 """
@@ -20,8 +20,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "selectors"))
-from gap_closed import gap, load  # noqa: E402  (the G of docs/selectors.md's tables)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rules-quality-small-models"))
+from gap_closed import gap, load  # noqa: E402  (the G of docs/rules.md's tables)
 
 # Sweep directory -> the rule's name in the tables, in table order.
 RULES = {
@@ -30,13 +30,13 @@ RULES = {
     "bound": "bound",
     "two4": "twostage/mean",
     "two4-bound": "twostage/bound",
-    # Issue 32's levers, at 4096 and 8064 with 385 and 769 only (run.sh says why).
+    # At 4096 and 8064 with 385 and 769 only (run.sh says why).
     "two4-bound-bf16": "twostage/bound, bf16 bounds",
     "two2-bound": "twostage/bound, shortlist 2",
     "tp95-two4-bound": "twostage/bound, top-p 0.95",
     "sub4": "submean",
     "two4-sub4": "twostage/submean",
-    # Issue 35's q8_0 KV cache (its G against the bf16 cache's mean and oracle sweeps).
+    # The q8_0 KV cache (its G against the bf16 cache's mean and oracle sweeps).
     "two4-bound-q8kv": "twostage/bound, q8_0 KV cache",
 }
 # Passkey run -> {the run's selector name: the rule's name in the tables}.
@@ -94,19 +94,24 @@ def measures(row):
 
 def divergence_summary(runs_of, out):
     """Per rule over all its runs: exact matches, first divergences and the dense margin there."""
-    out.append("Per rule over its 45 runs (3 contexts x 3 supports x 5 prefixes): exact matches, "
-               "the median first divergence, the dense model's logit margin at the first "
-               "divergence, and the lowest teacher-forced match:\n")
-    out.append("| rule | exact match | median first divergence | median dense margin there | "
-               "divergences at a margin below 0.5 | lowest TF match |")
-    out.append("|---|---:|---:|---:|---:|---:|")
+    out.append("Per rule over its runs (3 contexts x 3 supports x 5 prefixes where it ran the "
+               "whole grid): exact matches, the median first divergence over every run (128 for a "
+               "run that never diverges, as summary.md counts it) and over the diverging runs "
+               "only, the dense model's logit margin at the first divergence, and the lowest "
+               "teacher-forced match:\n")
+    out.append("| rule | exact match | median first divergence, all runs | median first "
+               "divergence, diverging runs | median dense margin there | divergences at a margin "
+               "below 0.5 | lowest TF match |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
     for name, runs in runs_of.items():
+        every = [r["first_divergence"] for r in runs]
         first = [r["first_divergence"] for r in runs if not r["exact_match"]]
         margins = [r["dense_margin_at_divergence"] for r in runs
                    if r["dense_margin_at_divergence"] is not None]
         near = sum(1 for m in margins if m < 0.5)
         out.append(f"| {RULES[name]} | {sum(r['exact_match'] for r in runs)}/{len(runs)} "
-                   f"| {statistics.median(first) if first else '-'} "
+                   f"| {statistics.median(every):g} "
+                   f"| {f'{statistics.median(first):g}' if first else '-'} "
                    f"| {statistics.median(margins):.3f} | {near}/{len(margins)} "
                    f"| {min(r['tf_match_pct'] for r in runs):.1f}% |")
     out.append("")
@@ -280,7 +285,7 @@ def passkey_table(root, out):
 
 
 def main():
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results-smollm2")
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent
     out = ["# SmolLM2-135M-Instruct: the tables (written by report.py from run.sh's outputs)\n"]
     for corpus in CORPORA:
         plot = sweep_tables(root, corpus, out)

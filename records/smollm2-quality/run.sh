@@ -2,7 +2,7 @@
 # Every measurement of docs/results-smollm2.md: the study's paired fresh-selection sweep and the
 # passkey probe on SmolLM2-135M-Instruct (the GGUF file of scripts/fetch-model), for each rule.
 #
-#   records/smollm2-quality/run.sh [OUT_DIR]     (default docs/results-smollm2)
+#   records/smollm2-quality/run.sh [OUT_DIR]     (default records/smollm2-quality)
 #
 # Text the model reads (Debian 12 packages, so anyone can take the same prefixes):
 #   prose: five "What's New in Python" essays (python3.11-doc's reStructuredText sources,
@@ -16,8 +16,8 @@
 # Needs build/release (amc-eval, or AMC_EVAL=PATH), python3 and gnuplot.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-out=${1:-docs/results-smollm2}
-eval=${AMC_EVAL:-build/release/examples/eval/amc-eval}  # AMC_EVAL: another build of it
+out=${1:-records/smollm2-quality}
+eval=${AMC_EVAL:-build/release/tools/eval/amc-eval}  # AMC_EVAL: another build of it
 model=$(scripts/fetch-model)
 docs=/usr/share/doc/python3.11/html/_sources/whatsnew
 [[ -d $docs ]] || { echo "run.sh: $docs is missing: apt-get install python3.11-doc" >&2; exit 2; }
@@ -51,54 +51,61 @@ passkey() {  # NAME FLAGS...: one passkey run into $out/passkey/NAME
     --depths 0.1,0.3,0.5,0.7,0.9 --trials 6 --supports "${supports:-193,385,769}" "$@" --out "$dir"
 }
 
-# Issue 32's cost levers, checked for quality where its third target is judged (supports within
-# 1/8 of the context from 4096 on; the passkey at 8160): twostage/bound once the bound reads its
-# intervals rounded outward to bf16 (commit 548ce55; the two4-bound runs below predate it), and
-# with a shortlist of 2 instead of 4.
-contexts=4096,8064 supports=385,769 sweep prose two4-bound-bf16 --score twostage --shortlist 4 \
-  --shortlist-score bound
-contexts=4096,8064 supports=385,769 sweep prose two2-bound --score twostage --shortlist 2 \
-  --shortlist-score bound
-contexts=8160 supports=385,769 passkey two4-bound-bf16 --rules twostage --shortlist-score bound
+# Summary precision: the sweeps and passkey runs named *-bf16, two2-bound, two4-bound-q8kv,
+# tp95-two4-bound and code's bound scored the channel bounds rounded outward to bf16
+# (--summary-precision bf16; their rules read no mean keys); every other run scored the exact f32
+# summaries (the default, --summary-precision f32).
+bf16=(--summary-precision bf16)
 
-# Issue 35's 8-bit KV cache (--kv-dtype q8_0: keys and values in q8_0 blocks, as llama.cpp's
-# q8_0 cache): the passkey at 8160 (dense and twostage/bound) and the prose sweep at 8064, where
-# issue 32's third target is judged, against the bf16 cache's runs above.
-contexts=8160 supports=385,769 passkey two4-bound-q8kv --rules twostage --shortlist-score bound \
-  --kv-dtype q8_0
-contexts=8064 supports=385,769 sweep prose two4-bound-q8kv --score twostage --shortlist 4 \
-  --shortlist-score bound --kv-dtype q8_0
+# twostage/bound with bf16 bounds, and with a shortlist of 2 instead of 4, where the supports are
+# at most 1/8 of the context (385 at 4096, 385 and 769 at 8064; the passkey at 8160).
+contexts=4096,8064 supports=385,769 sweep prose two4-bound-bf16 --rule twostage --shortlist 4 \
+  --shortlist-rule bound "${bf16[@]}"
+contexts=4096,8064 supports=385,769 sweep prose two2-bound --rule twostage --shortlist 2 \
+  --shortlist-rule bound "${bf16[@]}"
+contexts=8160 supports=385,769 passkey two4-bound-bf16 --rules twostage --shortlist-rule bound \
+  "${bf16[@]}"
 
-# The rules of issue 32, per query head (the study's scope), in the order they are most telling.
-sweep prose mean --score mean
-sweep prose oracle --score oracle
-sweep prose bound --score bound
-sweep prose two4 --score twostage --shortlist 4
-sweep prose two4-bound --score twostage --shortlist 4 --shortlist-score bound
+# The 8-bit KV cache (--kv-dtype q8_0: keys and values in q8_0 blocks, as llama.cpp's q8_0
+# cache): the passkey at 8160 (dense and twostage/bound) and the prose sweep at 8064, against the
+# bf16 cache's runs above.
+contexts=8160 supports=385,769 passkey two4-bound-q8kv --rules twostage --shortlist-rule bound \
+  --kv-dtype q8_0 "${bf16[@]}"
+contexts=8064 supports=385,769 sweep prose two4-bound-q8kv --rule twostage --shortlist 4 \
+  --shortlist-rule bound --kv-dtype q8_0 "${bf16[@]}"
+
+# Every rule per query head (the study's scope) on the whole grid.
+sweep prose mean --rule mean
+sweep prose oracle --rule oracle
+sweep prose bound --rule bound
+sweep prose two4 --rule twostage --shortlist 4
+sweep prose two4-bound --rule twostage --shortlist 4 --shortlist-rule bound
 passkey mean-bound-oracle-two4 --rules mean,bound,oracle,twostage
-passkey two4-bound --rules twostage --shortlist-score bound
-sweep code mean --score mean
-sweep code oracle --score oracle
-sweep code two4-bound --score twostage --shortlist 4 --shortlist-score bound
-sweep code two4 --score twostage --shortlist 4
+passkey two4-bound --rules twostage --shortlist-rule bound
+sweep code mean --rule mean
+sweep code oracle --rule oracle
+sweep code two4-bound --rule twostage --shortlist 4 --shortlist-rule bound
+sweep code two4 --rule twostage --shortlist 4
 for corpus in prose code; do
-  sweep "$corpus" tp95-two4-bound --score twostage --shortlist 4 --shortlist-score bound \
-    --top-p 0.95
+  sweep "$corpus" tp95-two4-bound --rule twostage --shortlist 4 --shortlist-rule bound \
+    --top-p 0.95 "${bf16[@]}"
 done
-sweep code bound --score bound
-# The sub-block rules, the stand-ins' best.
-passkey sub4 --rules submean,twostage --shortlist-score submean --sub-blocks 4
+sweep code bound --rule bound "${bf16[@]}"
+# The sub-block rules.
+passkey sub4 --rules submean,twostage --shortlist-rule submean --sub-blocks 4
 for corpus in prose code; do
-  sweep "$corpus" sub4 --score submean --sub-blocks 4
-  sweep "$corpus" two4-sub4 --score twostage --shortlist 4 --shortlist-score submean --sub-blocks 4
+  sweep "$corpus" sub4 --rule submean --sub-blocks 4
+  sweep "$corpus" two4-sub4 --rule twostage --shortlist 4 --shortlist-rule submean --sub-blocks 4
 done
 
-# The passkey with a top-p budget (issue 32 asks for every rule's passkey; the tp95 sweeps above).
-passkey tp95-two4-bound --rules twostage --shortlist-score bound --top-p 0.95
+# The passkey with a top-p budget (the tp95 sweeps above).
+passkey tp95-two4-bound --rules twostage --shortlist-rule bound --top-p 0.95 "${bf16[@]}"
 
-# Last, as the least telling: the passkey with a shortlist of 2 (its sweep already fails at 385).
+# The passkey with a shortlist of 2.
 contexts=8160 supports=385,769 passkey two2-bound --rules twostage --shortlist 2 \
-  --shortlist-score bound
+  --shortlist-rule bound "${bf16[@]}"
 
-# The tables (with G, as records/rules-quality-small-models/gap_closed.py computes it) and the plots.
+# The tables (with G, as records/rules-quality-small-models/gap_closed.py computes it), the plots,
+# and the study's findings counted on these runs.
 python3 records/smollm2-quality/report.py "$out"
+python3 records/smollm2-quality/study_side_by_side.py "$out" > "$out/study_side_by_side.txt"
