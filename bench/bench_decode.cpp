@@ -712,7 +712,7 @@ void BM_CertifiedBounds(benchmark::State& state) {
   state.counters["positions_read"] = static_cast<double>(support.size());
 }
 
-/// The score kernel alone on cache-resident f32 rows (7 heads x 512 rows, the selector's
+/// The score kernel alone on cache-resident f32 rows (7 heads x 512 rows, the rule's
 /// shape), with the rows starting range(0) bytes past a cache line: 0 is what amc's aligned
 /// buffers give, 16 what a plain std::vector gives for large allocations (every 64-byte load
 /// then straddles two lines). Items are rows.
@@ -905,7 +905,7 @@ void register_contexts(const std::string& suffix) {
     }
     if constexpr (std::is_same_v<T, bf16>) {
       if (n != 16384 && n != 131072) continue;
-      // Per head, the rules of issue 32's cost target and the oracle (kComparedRules[0..5]).
+      // Per head, the main rules and the oracle (kComparedRules[0..5]).
       constexpr std::int64_t kPerHeadRules = 6;
       for (auto [name, fn, rules] :
            {std::tuple{"BM_RuleSparseDecode", &BM_RuleSparseDecode<SelectionScope::per_group>,

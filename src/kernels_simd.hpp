@@ -766,9 +766,9 @@ struct BlockedOps : SimdOps<Arch> {
                        next_rows, ahead);
       } else {
         // ask_next_chunk without the caller's rows, written out: routing this branch through
-        // ask_next_chunk (a kAsksNext parameter there) changed GCC's inlining across this unit,
-        // dense decode's loop included (objdump, 2026-12-06), and that loop's cold time has
-        // moved by 4-10% with such changes.
+        // ask_next_chunk (a kAsksNext parameter there) changes GCC's inlining across this unit,
+        // dense decode's loop included, whose cold time moves by 4-10% with such changes
+        // (records/dense-2026-12-06/).
         constexpr auto kBytes = static_cast<std::ptrdiff_t>(sizeof(bf16));
         const std::int64_t row_bytes = a.head_dim * kBytes;
         ahead.add(chunk_keys + rows * a.key_stride, a.key_stride * kBytes, next_rows, row_bytes);

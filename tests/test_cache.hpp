@@ -73,7 +73,7 @@ struct TestCache {
   }
 };
 
-/// c <q, k_j> in double over the stored keys: the independent reference selector tests compare
+/// c <q, k_j> in double over the stored keys: the independent reference rule tests compare
 /// with.
 inline std::vector<double> true_scores(const TestCache<float>& cache, const std::vector<float>& q,
                                        double scale) {

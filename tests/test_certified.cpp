@@ -482,7 +482,7 @@ TEST_CASE("certified bounds hold on supports of up to 2^20 positions", "[certifi
 
 namespace {
 
-/// The reproducer of issue 13: 16 equal keys whose score is a difference of products of 2^24
+/// A reproducer of cancellation: 16 equal keys whose score is a difference of products of 2^24
 /// (f32 gets it wrong by 1/8), values -e1 at the sink and +e1 elsewhere.
 template <KvStorage T>
 void check_cancellation_reproducer() {
@@ -521,13 +521,14 @@ void check_cancellation_reproducer() {
 
 }  // namespace
 
-TEST_CASE("issue 13 reproducer: cancelling scores do not lower the bound (f32, bf16 keys)",
+TEST_CASE("cancellation reproducer: cancelling scores do not lower the bound (f32, bf16 keys)",
           "[certified]") {
   check_cancellation_reproducer<float>();
   check_cancellation_reproducer<bf16>();
 }
 
-TEST_CASE("issue 13 reproducer: a subnormal omitted mass has a positive bound", "[certified]") {
+TEST_CASE("cancellation reproducer: a subnormal omitted mass has a positive bound",
+          "[certified]") {
   // q = [1], keys [720, 0 x 15], block 1, sink 1: eps = 15 e^-720 / (1 + 15 e^-720) ~ 3.0e-312.
   const std::vector<float> query{1.0f};
   std::vector<float> keys(16, 0.0f), values(16, 1.0f);

@@ -220,8 +220,8 @@ TEST_CASE("nothing selected beyond sinks and window; partial last block", "[deco
 
 namespace {
 
-// A user-defined rule: prefer later blocks (a recency selector). Models BlockRuleLike.
-struct RecencySelector {
+// A user-defined rule: prefer later blocks (a recency rule). Models BlockRuleLike.
+struct RecencyRule {
   template <KvViewLike View>
   void score_blocks(const BlockScoringInput& input, const View&, std::span<float> scores) const {
     for (std::int64_t b = input.candidates.first; b < input.candidates.last; ++b)
@@ -231,9 +231,9 @@ struct RecencySelector {
 
 }  // namespace
 
-TEST_CASE("a user-defined selector plugs into the block-sparse operator", "[decode]") {
-  static_assert(BlockRuleLike<RecencySelector, KvView<float>>);
-  static_assert(DecodeOperator<BlockSparseDecode<RecencySelector>, PagedKvView<f16>>);
+TEST_CASE("a user-defined rule plugs into the block-sparse operator", "[decode]") {
+  static_assert(BlockRuleLike<RecencyRule, KvView<float>>);
+  static_assert(DecodeOperator<BlockSparseDecode<RecencyRule>, PagedKvView<f16>>);
   const test::TestCache<float> cache(500, 16);
   const auto summaries = BlockSummaries::build(cache.view(), 10);
   SparseConfig config;
@@ -241,7 +241,7 @@ TEST_CASE("a user-defined selector plugs into the block-sparse operator", "[deco
   config.top_k = 3;
   config.sinks = 0;
   config.window = 15;  // covers positions 485..499: blocks 49 fully, 48 partly
-  BlockSparseDecode<RecencySelector> sparse(config);
+  BlockSparseDecode<RecencyRule> sparse(config);
   const RowMatrix queries = random_queries(1, 16);
   RowMatrix out;
   std::vector<HeadResult> results;

@@ -454,7 +454,7 @@ TEMPLATE_TEST_CASE("log_sum_exp_rows matches a double reference and is score_row
 
 TEMPLATE_TEST_CASE("score_rows over long scans (streamed ahead) matches a double reference",
                    "[kernels]", float, amc::bf16, amc::f16) {
-  // 1024 rows and more take the streaming path of the blocked kernels (the selector's scan of
+  // 1024 rows and more take the streaming path of the blocked kernels (the rule's scan of
   // the mean keys of a long cache), and 256 and more that of AVX-512's bf16 word kernel (the
   // channel bound's rows); contiguous and strided rows, whole and partial last groups.
   using T = TestType;

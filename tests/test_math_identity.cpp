@@ -86,7 +86,7 @@ AttentionCase make_case(std::mt19937_64& rng) {
     for (double& x : row) x = normal(rng);
   std::vector<bool> mask(static_cast<std::size_t>(n), false);
   const auto random_mask = [&]() {
-    if (uniform(rng) < 0.5) {  // block-like ranges, as selectors produce
+    if (uniform(rng) < 0.5) {  // block-like ranges, as rules produce
       const int ranges = pick(0, 4);
       for (int r = 0; r < ranges; ++r) {
         const int begin = pick(0, n - 1);

@@ -1,4 +1,4 @@
-// The selectors of issue 16 (two-stage, sub-block means) and top-p budgets, against
+// The two-stage and sub-block-means rules and top-p budgets, against
 // independent double-precision computations with plain loops.
 #include <algorithm>
 #include <bit>
@@ -116,7 +116,7 @@ TEST_CASE("sub-block means: bad options are refused, and accessors name what the
   REQUIRE(SummaryOptions{.sub_blocks = 2}.covers({}));
 }
 
-TEST_CASE("submean selects the top-k of max_j (c <q, sub-block mean j> + log n_j)", "[selectors]") {
+TEST_CASE("submean selects the top-k of max_j (c <q, sub-block mean j> + log n_j)", "[rules]") {
   for (int trial = 0; trial < 40; ++trial) {
     const std::int64_t n = 250 + 29 * trial;  // partial last blocks and sub-blocks
     const test::TestCache<float> cache(n, 16, 16, 2.0f);
@@ -149,7 +149,7 @@ TEST_CASE("submean selects the top-k of max_j (c <q, sub-block mean j> + log n_j
 }
 
 TEST_CASE("twostage keeps the k of largest true mass within the mean-pooled shortlist",
-          "[selectors]") {
+          "[rules]") {
   for (int trial = 0; trial < 60; ++trial) {
     const std::int64_t n = 400 + 23 * trial;
     const test::TestCache<float> cache(n, 16, 16, 3.0f);
@@ -195,7 +195,7 @@ TEST_CASE("twostage keeps the k of largest true mass within the mean-pooled shor
   }
 }
 
-TEST_CASE("twostage with a shortlist covering every candidate is the oracle", "[selectors]") {
+TEST_CASE("twostage with a shortlist covering every candidate is the oracle", "[rules]") {
   const test::TestCache<float> cache(1000, 16, 16, 3.0f);
   const auto summaries = BlockSummaries::build(cache.view(), 16);
   for (int trial = 0; trial < 10; ++trial) {
@@ -211,7 +211,7 @@ TEST_CASE("twostage with a shortlist covering every candidate is the oracle", "[
 }
 
 TEST_CASE("twostage finds the needle block that mean pooling ranks just outside the top k",
-          "[selectors]") {
+          "[rules]") {
   // Blocks of 32 keys; block 20 holds one key aligned with the query, which lifts its mean
   // score by only 1/32 of the key's score: mean pooling ranks it below blocks whose keys are
   // all mildly aligned, within a shortlist of 4 x k.
@@ -252,7 +252,7 @@ TEST_CASE("twostage finds the needle block that mean pooling ranks just outside 
 }
 
 TEST_CASE("top-p keeps the fewest best blocks whose estimated mass share reaches p",
-          "[selectors]") {
+          "[rules]") {
   std::mt19937_64 rng(16);
   std::normal_distribution<float> normal(0.0f, 2.0f);
   for (int trial = 0; trial < 500; ++trial) {
@@ -306,7 +306,7 @@ TEST_CASE("top-p keeps the fewest best blocks whose estimated mass share reaches
 }
 
 TEST_CASE("top-p budgets inside BlockSparseDecode: fewer blocks where the mass is concentrated",
-          "[selectors]") {
+          "[rules]") {
   const test::TestCache<float> cache(3000, 16, 16, 3.0f);
   const auto summaries = BlockSummaries::build(cache.view(), 16);
   SparseConfig config;
@@ -352,7 +352,7 @@ TEST_CASE("top-p budgets inside BlockSparseDecode: fewer blocks where the mass i
 }
 
 TEST_CASE("twostage per group: one shortlist from the combined scores, rescored for every head",
-          "[selectors]") {
+          "[rules]") {
   constexpr std::int64_t heads = 3, d = 16, block = 16;
   for (int trial = 0; trial < 30; ++trial) {
     const std::int64_t n = 600 + 37 * trial;
@@ -414,7 +414,7 @@ TEST_CASE("twostage per group: one shortlist from the combined scores, rescored 
 }
 
 TEST_CASE("the oracle's block log-masses: the group in one pass, head by head and over pages agree",
-          "[selectors]") {
+          "[rules]") {
   // score_group reads each block's keys once for every head (KernelTable::log_sum_exp_rows);
   // head by head (score) and over pages of 8 rows, where a block of 16 comes in two runs and
   // KeyRows::log_mass reduces the scores itself, the scores must be the same bits (on every
@@ -463,7 +463,7 @@ TEST_CASE("the oracle's block log-masses: the group in one pass, head by head an
   }
 }
 
-TEST_CASE("twostage shortlists by the rule shortlist_score names", "[selectors]") {
+TEST_CASE("twostage shortlists by the rule shortlist_score names", "[rules]") {
   // With the channel bound as the first stage, every block kept is among the shortlist * k
   // best by the bound (the bound's own scores are tested against double precision elsewhere).
   for (int trial = 0; trial < 20; ++trial) {
@@ -494,7 +494,7 @@ TEST_CASE("twostage shortlists by the rule shortlist_score names", "[selectors]"
 }
 
 TEST_CASE("operators check the summaries the rule reads, and only RegisteredRule's rule",
-          "[selectors]") {
+          "[rules]") {
   const test::TestCache<float> cache(500, 16);
   const auto means = BlockSummaries::build(cache.view(), 16);
   const auto q = test::random_floats(16);
@@ -507,7 +507,7 @@ TEST_CASE("operators check the summaries the rule reads, and only RegisteredRule
       Catch::Contains("rule submean reads summaries with channel_bounds=0 "
                       "value_norms=0 sub_blocks=4") &&
           Catch::Contains("built with channel_bounds=0 value_norms=0 sub_blocks=0"));
-  // A template selector brings its own needs: config.rule does not apply to it.
+  // A template rule brings its own needs: config.rule does not apply to it.
   BlockSparseDecode<MeanPooledRule> plain(config, MeanPooledRule{});
   REQUIRE_NOTHROW(plain.select(query, KvHead<KvView<float>>{cache.view(), &means}));
 }

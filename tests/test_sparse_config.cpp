@@ -262,7 +262,7 @@ TEST_CASE("the command-line options come from the table, with its names and erro
   CHECK(small.get_options().size() == 3);  // --help, --sinks, --window
 }
 
-TEST_CASE("the rule registry: names, needs, and each rule as its selector scores", "[config]") {
+TEST_CASE("the rule registry: names, needs, and each rule as its rule scores", "[config]") {
   std::vector<std::string> names;
   for (const RuleInfo& r : registered_rules()) names.emplace_back(r.name);
   REQUIRE(names == std::vector<std::string>{"mean", "bound", "oracle", "twostage", "submean"});
@@ -288,7 +288,7 @@ TEST_CASE("the rule registry: names, needs, and each rule as its selector scores
   CHECK(required_summaries(SparseConfig{}).sub_blocks == 0);
 
   // RegisteredRule (the registry's rules behind type-erased keys) scores exactly as the
-  // template selectors do, on every storage type.
+  // template rules do, on every storage type.
   constexpr std::int64_t n = 300, d = 16;
   const auto keys = test::random_floats(n * d);
   const auto bf = test::to_storage<bf16>(keys);
@@ -300,9 +300,9 @@ TEST_CASE("the rule registry: names, needs, and each rule as its selector scores
   const CandidateBlocks candidates = candidate_blocks(n, config);
   const BlockScoringInput input{q, summaries, candidates};
   const auto blocks = static_cast<std::size_t>(summaries.blocks());
-  auto run = [&](const auto& selector) {
+  auto run = [&](const auto& rule) {
     std::vector<float> scores(blocks, -1.0f);
-    selector.score_blocks(input, kv, std::span<float>(scores));
+    rule.score_blocks(input, kv, std::span<float>(scores));
     return scores;
   };
   for (const RuleName rule : {RuleName::mean_pooled, RuleName::channel_bound, RuleName::oracle,

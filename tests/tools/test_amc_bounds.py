@@ -253,7 +253,8 @@ def main():
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--target-eps", "0.001", "--max-k", "2", "--scope", "group"],
                       f"{dtype} adaptive capped group")
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, [], f"{dtype} defaults")
-            # The rules of issue 16: the analysis and the certified bounds hold for what they chose.
+            # Two-stage and sub-block means: the analysis and the certified bounds hold for what
+            # they chose.
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype, base + ["--rule", "twostage", "--shortlist", "2"],
                       f"{dtype} twostage")
             check_run(tool, path, q, k, v, hq, hkv, n, d, dtype,

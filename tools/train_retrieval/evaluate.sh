@@ -2,7 +2,7 @@
 # Measures data/qwen2-retrieval with the repository's own probes and writes what its README and
 # docs/results-retrieval.md report:
 #
-#   tools/train_retrieval/evaluate.sh [OUT_DIR]      (default docs/results-retrieval)
+#   tools/train_retrieval/evaluate.sh [OUT_DIR]      (default records/retrieval-quality)
 #
 # - tools/train_tiny/analyze.py: copying (50 random 100-byte strings, the second time after
 #   1000 bytes of code), held-out loss over every held-out byte, sinks and concentration;
@@ -20,7 +20,7 @@
 # built (amc-eval), Debian's python3-torch and gnuplot.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-out=${1:-docs/results-retrieval}
+out=${1:-records/retrieval-quality}
 model=data/qwen2-retrieval
 eval=build/release/tools/eval/amc-eval
 mkdir -p "$out"
@@ -38,9 +38,9 @@ rm -rf "$out/passkey"
 
 common=(--model "$model" --text "${documents[@]}" --contexts 2048,3968
         --supports 97,193,385,769 --prefixes 10)
-for score in mean bound oracle; do
-  rm -rf "$out/sweep-$score"
-  "$eval" sweep "${common[@]}" --tokens 128 --rule "$score" --out "$out/sweep-$score"
+for rule in mean bound oracle; do
+  rm -rf "$out/sweep-$rule"
+  "$eval" sweep "${common[@]}" --tokens 128 --rule "$rule" --out "$out/sweep-$rule"
 done
 rm -rf "$out/mass"
 "$eval" mass "${common[@]}" --tokens 32 --out "$out/mass"

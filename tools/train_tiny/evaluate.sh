@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the evaluation harness on data/qwen2-tiny and writes what docs/results-tiny.md reports:
 #
-#   tools/train_tiny/evaluate.sh [OUT_DIR]      (default docs/results-tiny)
+#   tools/train_tiny/evaluate.sh [OUT_DIR]      (default records/tiny-quality)
 #
 # - amc-eval sweep: contexts 1024 and 2048 (the training context), supports 97..769, 10
 #   prefixes, 128 tokens, the study's selector (blocks of 16, 1 sink, window 64, mean, per head),
@@ -15,7 +15,7 @@
 # (amc-eval), Debian's python3-torch and gnuplot.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-out=${1:-docs/results-tiny}
+out=${1:-records/tiny-quality}
 model=data/qwen2-tiny
 eval=build/release/tools/eval/amc-eval
 mkdir -p "$out"
@@ -25,9 +25,9 @@ mapfile -t documents < <(/usr/bin/python3 tools/train_tiny/heldout_files.py)
 
 common=(--model "$model" --text "${documents[@]}" --contexts 1024,2048
         --supports 97,193,385,769 --prefixes 10)
-for score in mean bound oracle; do
-  rm -rf "$out/sweep-$score"
-  "$eval" sweep "${common[@]}" --tokens 128 --rule "$score" --out "$out/sweep-$score"
+for rule in mean bound oracle; do
+  rm -rf "$out/sweep-$rule"
+  "$eval" sweep "${common[@]}" --tokens 128 --rule "$rule" --out "$out/sweep-$rule"
 done
 rm -rf "$out/mass"
 "$eval" mass "${common[@]}" --tokens 32 --out "$out/mass"

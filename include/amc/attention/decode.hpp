@@ -104,11 +104,10 @@ struct DecodeWorkspace {
 
 /// Reads one byte of every cache line of the first rows (one kernel chunk) of `range`, keys and
 /// values, so they are on their way from memory while the current range is attended: for a q8_0
-/// view, whose rows the kernel is not given (ask_range_start). On an earlier machine these
-/// loads made cold attention over a support 15-24% faster than none, where prefetching the
-/// whole range at once changed nothing measurable (docs/performance.md); the kernels that pace
-/// their asks over the range before were faster still (docs/selectors.md, 2026-12-06). The
-/// kernels that do not pace them do these loads themselves (read_next_rows in src/).
+/// view, whose rows the kernel is not given (ask_range_start). Cold attention over a support
+/// gains from these loads (BM_SparseDecodeQ8), where prefetching the whole range at once does
+/// not; kernels that pace their asks over the range before do better still. The kernels that
+/// do not pace them do these loads themselves (read_next_rows in src/).
 /// A view that stores its rows in another form (Q8KvView, amc/q8_kv.hpp) reads them itself
 /// (touch_rows), since its key()/value() would widen every row to read one byte.
 template <KvViewLike View>

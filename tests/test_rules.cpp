@@ -1,4 +1,4 @@
-// Selectors and block summaries against independent double-precision computations.
+// Rules and block summaries against independent double-precision computations.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -53,7 +53,7 @@ std::vector<std::int64_t> select_with(RuleName rule, const test::TestCache<float
 }  // namespace
 
 TEST_CASE("mean-pooled selection is the top-k of mean scores, ties to the lower index",
-          "[selectors]") {
+          "[rules]") {
   for (const SummaryPrecision precision : {SummaryPrecision::f32, SummaryPrecision::bf16}) {
     const bool bf16_means = precision == SummaryPrecision::bf16;
     for (int trial = 0; trial < 40; ++trial) {
@@ -123,7 +123,7 @@ TEST_CASE("mean-pooled selection is the top-k of mean scores, ties to the lower 
 }
 
 TEST_CASE("summary precision: f32 ranks as exact mean pooling where bf16 rounding reorders",
-          "[selectors]") {
+          "[rules]") {
   // Blocks of 4 positions with equal keys, so each mean key is exact. With q = (1, 1), block 1
   // (mean (1 + 2^-8 - 2^-14, 0)) outscores block 2 (mean (1, 2^-8 - 2^-12)) by 2^-12 - 2^-14,
   // but block 1's first channel rounds to 1.0 in bf16 while block 2's keeps its small second
@@ -177,7 +177,7 @@ TEST_CASE("summary precision: f32 ranks as exact mean pooling where bf16 roundin
 }
 
 TEST_CASE("channel bound is never below the true block max score, and close to Quest's bound",
-          "[selectors]") {
+          "[rules]") {
   for (const SummaryPrecision precision : {SummaryPrecision::f32, SummaryPrecision::bf16}) {
     CAPTURE(to_string(precision));
     const bool bf16_rows = precision == SummaryPrecision::bf16;
@@ -252,7 +252,7 @@ TEST_CASE("channel bound is never below the true block max score, and close to Q
   }
 }
 
-TEST_CASE("oracle picks the blocks of largest true mass outside sinks and window", "[selectors]") {
+TEST_CASE("oracle picks the blocks of largest true mass outside sinks and window", "[rules]") {
   for (int trial = 0; trial < 40; ++trial) {
     const std::int64_t n = 300 + 11 * trial;
     const test::TestCache<float> cache(n, 16, 16, 3.0f);
@@ -279,7 +279,7 @@ TEST_CASE("oracle picks the blocks of largest true mass outside sinks and window
   }
 }
 
-TEST_CASE("per-group scope combines softmax-normalised head scores", "[selectors]") {
+TEST_CASE("per-group scope combines softmax-normalised head scores", "[rules]") {
   // Two heads, four candidate blocks. Head 0 strongly wants block 3; head 1 mildly prefers 1 and 2.
   const std::vector<float> scores = {0.0f, 0.0f, 0.0f, 10.0f,  // head 0
                                      0.0f, 1.0f, 1.0f, 0.0f};  // head 1
@@ -301,7 +301,7 @@ TEST_CASE("per-group scope combines softmax-normalised head scores", "[selectors
 }
 
 TEST_CASE("per-group combination of rows scored at a few blocks, -inf or NaN elsewhere",
-          "[selectors]") {
+          "[rules]") {
   // What a two-stage rule's second stage leaves (its shortlist scored, the rest -inf), which
   // combine_group_scores exponentiates at the listed blocks only; and rows scored throughout,
   // in the same call; rows long enough to be listed (kListedFrom). Against softmaxes in double;
@@ -354,7 +354,7 @@ TEST_CASE("per-group combination of rows scored at a few blocks, -inf or NaN els
   }
 }
 
-TEST_CASE("top-k ranks NaN last and keeps indices sorted", "[selectors]") {
+TEST_CASE("top-k ranks NaN last and keeps indices sorted", "[rules]") {
   const std::vector<float> scores = {std::nanf(""), 1.0f, 3.0f, 3.0f, -INFINITY, 2.0f};
   std::vector<std::int64_t> top;
   select_top_k(scores, CandidateBlocks{0, 6, 0, 0}, 3, top);
@@ -387,7 +387,7 @@ std::vector<std::int64_t> top_k_by_sorting(const std::vector<float>& scores,
 }  // namespace
 
 TEST_CASE("top-k equals sorting by (score desc, index asc) on ties, NaN and infinities",
-          "[selectors]") {
+          "[rules]") {
   std::mt19937 rng(11);
   std::uniform_int_distribution<int> level(0, 9);  // few distinct values: many ties
   for (std::int64_t n : {1, 2, 15, 16, 17, 40, 100, 513, 4096}) {
@@ -416,7 +416,7 @@ TEST_CASE("top-k equals sorting by (score desc, index asc) on ties, NaN and infi
 }
 
 TEST_CASE("top-k over many candidates (a lower bound on the k-th score first) equals sorting",
-          "[selectors]") {
+          "[rules]") {
   // From kTopKFloorFrom candidates on select_top_k ranks only the scores that reach a bound on
   // the k-th best: continuous scores (few ties), coarse ones (many ties at the bound), sorted
   // increasing (every later block gets in), with NaN, -inf, +inf and denormals sprinkled in.

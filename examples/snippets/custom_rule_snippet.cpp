@@ -1,6 +1,6 @@
-// A user-defined block selector run through the block-sparse operator.
-// Compiled and run by the build (target amc-snippet-selector, test snippet_selector) and shown
-// verbatim in docs/operators.md (test snippet_selector_in_docs keeps the two identical).
+// A user-defined block rule run through the block-sparse operator.
+// Compiled and run by the build (target amc-snippet-rule, test snippet_rule) and shown
+// verbatim in docs/operators.md (test snippet_rule_in_docs keeps the two identical).
 #include <amc/amc.hpp>
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 // Mean-pooled scores plus a bonus for recent blocks. Scores are in logit units: the operator
 // ranks them, and per-group scope softmax-normalises them across the group's heads.
-struct RecencyBiasedSelector {
+struct RecencyBiasedRule {
   float bonus_per_block = 0.01f;
 
   template <amc::KvViewLike View>
@@ -21,7 +21,7 @@ struct RecencyBiasedSelector {
       scores[static_cast<std::size_t>(b)] += bonus_per_block * static_cast<float>(b);
   }
 };
-static_assert(amc::BlockRuleLike<RecencyBiasedSelector, amc::KvView<amc::f16>>);
+static_assert(amc::BlockRuleLike<RecencyBiasedRule, amc::KvView<amc::f16>>);
 
 int main() {
   constexpr std::int64_t positions = 1024, head_dim = 32;
@@ -40,7 +40,7 @@ int main() {
   const amc::BlockSummaries summaries = amc::BlockSummaries::build(kv, config.block_size);
 
   // A bonus this large outweighs any mean score here: the 4 most recent blocks must win.
-  amc::BlockSparseDecode<RecencyBiasedSelector> sparse(config, RecencyBiasedSelector{100.0f});
+  amc::BlockSparseDecode<RecencyBiasedRule> sparse(config, RecencyBiasedRule{100.0f});
   const amc::RowMatrix query = amc::RowMatrix::Ones(1, head_dim);
   amc::RowMatrix out(1, head_dim);
   std::vector<amc::HeadResult> results(1);
