@@ -7,7 +7,7 @@
 #
 #   records/bf16-products-cold-2026-12-05/run.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/bf16-products-cold-2026-12-05
 git rev-parse HEAD >"$out/commit.txt"
 git status --short >>"$out/commit.txt"

@@ -21,7 +21,7 @@
 #   cp build/release/bench/amc-bench build/bench-bf16-words/
 #   records/bf16-words-2026-12-06/run.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/bf16-words-2026-12-06
 git rev-parse HEAD >"$out/commit.txt"
 git status --short >>"$out/commit.txt"

@@ -20,7 +20,7 @@
 # Binaries: build/bench-before-flush/amc-bench (a85cce8's bench_decode.cpp against the same
 # libamc), build/bench-flush/amc-bench (2b1fd4d), build/bench-l1/amc-bench (this change).
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/cold-flush-2026-12-05
 git rev-parse HEAD >"$out/commit.txt"
 git status --short >>"$out/commit.txt"

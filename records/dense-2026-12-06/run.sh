@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 35 (part 4: dense decode attention cold within 1.5x of its roofline), 2026-12-06, after
-# the read-ahead levers of issue 32 (records/rules-cost-ahead-2026-12-06/): they changed the
+# the read-ahead levers of issue 32 (a record since deleted): they changed the
 # code of the bf16 word kernel's unit (src/kernels_avx512_words.cpp: the short scans' RowsAhead,
 # attend's AttendArgs::next_keys, which dense decode leaves empty) but not what dense decode
 # asks for. A first run of base and ahead (first/, 10:21-10:26 UTC, this script with the two)
@@ -15,7 +15,7 @@
 # writes summary.md.
 #   records/dense-2026-12-06/run.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/dense-2026-12-06
 declare -A binary=([base]=build/bench-ahead-before/amc-bench [ahead]=build/bench-words256/amc-bench
                    [split]=build/bench-split/amc-bench)

@@ -4,7 +4,7 @@
 # process of its own, nothing else running. Writes second/ (summarize.py second).
 #   records/dense-2026-12-06/second.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/dense-2026-12-06/second
 mkdir -p "$out"
 declare -A binary=([base]=build/bench-ahead-before/amc-bench [split]=build/bench-split/amc-bench)

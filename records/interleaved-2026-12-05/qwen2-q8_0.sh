@@ -10,7 +10,7 @@
 #
 #   records/interleaved-2026-12-05/qwen2-q8_0.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/interleaved-2026-12-05
 model=build/bench-qwen2-0.5b-q8_0.gguf
 bench=build/peer/llama.cpp-build/bin/llama-bench

@@ -16,7 +16,7 @@
 #
 #   records/interleaved-2026-12-05/run.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/interleaved-2026-12-05
 bin=build/bench-snapshot-interleaved
 mkdir -p "$bin"

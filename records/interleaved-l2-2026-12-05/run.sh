@@ -9,7 +9,7 @@
 #
 #   records/interleaved-l2-2026-12-05/run.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/interleaved-l2-2026-12-05
 bin=build/bench-snapshot-interleaved-l2
 mkdir -p "$bin"

@@ -7,7 +7,7 @@
 #
 #   records/kv8-fused-2026-12-05/callgrind.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/kv8-fused-2026-12-05
 bin=build/count-instructions
 # -march=x86-64-v3: nothing outside the kernel tables may use AVX-512 under valgrind.

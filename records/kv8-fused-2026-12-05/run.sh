@@ -11,7 +11,7 @@
 # Binaries: build/bench-before-fused/amc-bench is build/release's amc-bench at 75287cb (before
 # the fused kernel); build/bench-fused holds build/release's binaries of this change.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/kv8-fused-2026-12-05
 before=build/bench-before-fused
 after=build/bench-fused

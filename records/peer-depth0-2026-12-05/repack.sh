@@ -8,7 +8,7 @@
 #
 #   records/peer-depth0-2026-12-05/repack.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/peer-depth0-2026-12-05
 amc=build/bench-snapshot-peer/amc-generate
 bench=build/peer/llama.cpp-build/bin/llama-bench

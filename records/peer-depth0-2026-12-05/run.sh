@@ -7,7 +7,7 @@
 #
 #   records/peer-depth0-2026-12-05/run.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/peer-depth0-2026-12-05
 bin=build/bench-snapshot-peer
 mkdir -p "$bin"

@@ -10,7 +10,7 @@
 #
 #   records/q4km-2026-12-05/run.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/q4km-2026-12-05
 bin=build/bench-q4km
 mkdir -p "$bin"

@@ -8,7 +8,7 @@
 #   build/bench-bf16means/amc-bench is the same with the mean keys scored in bf16
 #   records/rules-bf16-means-2026-12-06/run.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/rules-bf16-means-2026-12-06
 declare -A binary=([f32means]=build/bench-f32means/amc-bench [bf16means]=build/bench-bf16means/amc-bench)
 declare -A extra=([16384]='BM_DenseDecode/16384/' [131072]='BM_(SparseDecode|StreamRead|DenseDecode)/131072/')

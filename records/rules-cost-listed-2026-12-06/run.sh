@@ -9,7 +9,7 @@
 # twostage/bound (3), submean (4), oracle (5) at 16384 and 131072, cold, one GQA group
 # (BM_RuleSparseDecode, BM_RuleSelect). 131072 runs alone in its process: the first benchmark
 # after the 16384 ring and its summaries are freed was slow in either binary
-# (../cost-words-2026-12-06/). Each step is skipped when its output exists; summarize.py writes
+# (../rules-cost-words-2026-12-06/). Each step is skipped when its output exists; summarize.py writes
 # summary.md.
 #
 #   git worktree add --detach /tmp/wt-before 2d6fa9c && cmake -S /tmp/wt-before -B /tmp/wt-before/BUILD \
@@ -20,7 +20,7 @@
 #   cp build/release/bench/amc-bench build/bench-listed-after/
 #   records/rules-cost-listed-2026-12-06/run.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/rules-cost-listed-2026-12-06
 git rev-parse HEAD >"$out/commit.txt"
 git status --short >>"$out/commit.txt"

@@ -2,7 +2,7 @@
 # hot_second_stage.cpp against the library of 65d49aa (the worktree of run.sh's header) and of
 # this change (build/release), alternated twice; output in hot.txt. Run with nothing else running.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/rules-cost-words-2026-12-06
 for side in before after; do
   lib=build/release/libamc.a

@@ -24,7 +24,7 @@
 # short scans' prefetch, is in no-prefetch/ (its README.md).
 # With an argument, the run goes into that subdirectory (summarize.py takes it as its argument).
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/rules-cost-words-2026-12-06
 summarize=("$out/summarize.py")
 if [[ $# -gt 0 ]]; then

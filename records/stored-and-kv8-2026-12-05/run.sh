@@ -7,7 +7,7 @@
 #
 #   records/stored-and-kv8-2026-12-05/run.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/stored-and-kv8-2026-12-05
 bin=build/bench-snapshot
 mkdir -p "$bin"

@@ -7,7 +7,7 @@
 #
 #   records/weights-2026-12-05-evening/run.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=records/weights-2026-12-05-evening
 git rev-parse HEAD >"$out/commit.txt"
 git status --short >>"$out/commit.txt"

@@ -5,7 +5,7 @@
 # loop of its own, which vectorises), alternated three times, nothing else running.
 #   records/rules-bf16-means-2026-12-06/append/run.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 out=records/rules-bf16-means-2026-12-06/append
 for round in 1 2 3; do
   for side in f32means bf16means bf16means-review; do

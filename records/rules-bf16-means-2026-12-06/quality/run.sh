@@ -7,7 +7,7 @@
 #   AMC_EVAL=path/to/that/amc-eval records/rules-bf16-means-2026-12-06/quality/run.sh
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cd "$here/../../../.."
+cd "$here/../../.."
 eval=${AMC_EVAL:?the amc-eval built with switch.patch}
 model=$(scripts/fetch-model)
 docs=/usr/share/doc/python3.11/html/_sources/whatsnew
