@@ -17,13 +17,16 @@
 #include <unistd.h>
 #endif
 
+#include "tensor_names.hpp"
+
 namespace amc::transformer {
 
 std::size_t Weights::decode_bytes() const {
   std::size_t total = lm_head.bytes();
   for (const LayerWeights& l : layers) {
-    total += l.q.bytes() + l.k.bytes() + l.v.bytes() + l.o.bytes() + l.gate.bytes() + l.up.bytes() +
-             l.down.bytes();
+    for (const LayerTensor& t : kLayerTensors) {
+      if (t.matrix != nullptr) total += (l.*t.matrix).bytes();
+    }
   }
   return total;
 }
@@ -253,7 +256,9 @@ bool copy_to_huge_pages(Weights& w, std::vector<std::unique_ptr<AlignedVector<st
                         HugePageBuffer& block) {
   std::vector<Matrix*> streamed;
   for (LayerWeights& l : w.layers) {
-    for (Matrix* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) streamed.push_back(m);
+    for (const LayerTensor& t : kLayerTensors) {
+      if (t.matrix != nullptr) streamed.push_back(&(l.*t.matrix));
+    }
   }
   // Tied, the unembedding is the embedding, whose rows the step also reads one at a time.
   streamed.push_back(w.tied ? &w.embed : &w.lm_head);
@@ -333,10 +338,6 @@ Checkpoint Checkpoint::load(const std::filesystem::path& dir, const LoadOptions&
   CheckpointLoader loader(c, options.weight_dtype);
   loader.open_files();
 
-  const std::int64_t hidden = cfg.hidden_size;
-  const std::int64_t q_rows = cfg.num_attention_heads * cfg.head_dim;
-  const std::int64_t kv_rows = cfg.num_key_value_heads * cfg.head_dim;
-  const std::int64_t inter = cfg.intermediate_size;
   const std::string family_name(to_string(cfg.architecture));
   Weights& w = c.weights_;
   // A vector the config's features call for, or, when they do not, a check that the
@@ -353,41 +354,56 @@ Checkpoint Checkpoint::load(const std::filesystem::path& dir, const LoadOptions&
   };
   const char* no_attention_bias =
       family(cfg.architecture).attention_bias_key ? "with attention_bias false" : "";
-  w.embed = loader.matrix("model.embed_tokens.weight", cfg.vocab_size, hidden);
+  // What config.json says about a feature whose tensor it does not call for.
+  auto why_absent = [&](Presence presence) {
+    switch (presence) {
+      case Presence::qkv_bias:
+        return no_attention_bias;
+      case Presence::o_bias:
+        return cfg.qkv_bias ? "(no o_proj bias)" : no_attention_bias;
+      case Presence::qk_norm:
+        return "(no q/k norms)";
+      case Presence::always:
+      case Presence::untied:
+        break;
+    }
+    return "";
+  };
+  // The global tensors' names and shapes.
+  auto global = [&](GlobalTensorId id) {
+    const GlobalTensor& t = global_tensor(id);
+    return std::pair(std::string(t.hugging_face), shape_of(t.shape, cfg));
+  };
+  const auto [embed, embed_shape] = global(GlobalTensorId::embed);
+  w.embed = loader.matrix(embed, embed_shape[0], embed_shape[1]);
   w.layers.resize(static_cast<std::size_t>(cfg.num_hidden_layers));
   for (std::int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
-    l.input_norm = loader.vector(p + "input_layernorm.weight", hidden);
-    l.q = loader.matrix(p + "self_attn.q_proj.weight", q_rows, hidden);
-    l.q_bias = feature(cfg.qkv_bias, p + "self_attn.q_proj.bias", q_rows, no_attention_bias);
-    l.k = loader.matrix(p + "self_attn.k_proj.weight", kv_rows, hidden);
-    l.k_bias = feature(cfg.qkv_bias, p + "self_attn.k_proj.bias", kv_rows, no_attention_bias);
-    l.v = loader.matrix(p + "self_attn.v_proj.weight", kv_rows, hidden);
-    l.v_bias = feature(cfg.qkv_bias, p + "self_attn.v_proj.bias", kv_rows, no_attention_bias);
-    l.q_norm = feature(cfg.qk_norm, p + "self_attn.q_norm.weight", cfg.head_dim, "(no q/k norms)");
-    l.k_norm = feature(cfg.qk_norm, p + "self_attn.k_norm.weight", cfg.head_dim, "(no q/k norms)");
-    l.o = loader.matrix(p + "self_attn.o_proj.weight", hidden, q_rows);
-    l.o_bias = feature(cfg.o_bias, p + "self_attn.o_proj.bias", hidden,
-                       cfg.qkv_bias ? "(no o_proj bias)" : no_attention_bias);
-    l.post_norm = loader.vector(p + "post_attention_layernorm.weight", hidden);
-    l.gate = loader.matrix(p + "mlp.gate_proj.weight", inter, hidden);
-    l.up = loader.matrix(p + "mlp.up_proj.weight", inter, hidden);
-    l.down = loader.matrix(p + "mlp.down_proj.weight", hidden, inter);
+    for (const LayerTensor& t : kLayerTensors) {
+      const std::string name = hugging_face_name(t, i);
+      const std::vector<std::int64_t> shape = shape_of(t.shape, cfg);
+      if (t.matrix != nullptr) {
+        l.*t.matrix = loader.matrix(name, shape[0], shape[1]);
+      } else {
+        l.*t.vector = feature(present(t.presence, cfg), name, shape[0], why_absent(t.presence));
+      }
+    }
+    // No family has MLP biases: a checkpoint with them computes another model.
+    const std::string p = "model.layers." + std::to_string(i) + ".";
     for (const char* m : {"gate_proj", "up_proj", "down_proj"}) {
       feature(false, p + "mlp." + m + ".bias", 0, "(no MLP biases)");
     }
   }
-  w.final_norm = loader.vector("model.norm.weight", hidden);
-  w.tied = !loader.has("lm_head.weight");
+  const auto [final_norm, final_norm_shape] = global(GlobalTensorId::final_norm);
+  w.final_norm = loader.vector(final_norm, final_norm_shape[0]);
+  const auto [lm_head, lm_head_shape] = global(GlobalTensorId::lm_head);
+  w.tied = !loader.has(lm_head);
   if (w.tied && !cfg.tie_word_embeddings) {
-    detail::throw_error(kWhere, loader.source(),
-                        ": tensor 'lm_head.weight' is missing (expected "
-                        "shape [",
-                        cfg.vocab_size, ", ", hidden,
-                        "]: config.json says tie_word_embeddings false)");
+    detail::throw_error(kWhere, loader.source(), ": tensor '", lm_head,
+                        "' is missing (expected shape ", shape_string(lm_head_shape),
+                        ": config.json says tie_word_embeddings false)");
   }
-  w.lm_head = w.tied ? w.embed : loader.matrix("lm_head.weight", cfg.vocab_size, hidden);
+  w.lm_head = w.tied ? w.embed : loader.matrix(lm_head, lm_head_shape[0], lm_head_shape[1]);
   c.weight_dtype_ = loader.stored_dtype();
   if (options.weights == WeightMemory::huge_pages &&
       copy_to_huge_pages(w, c.owned_, c.weight_copy_)) {

@@ -56,24 +56,28 @@ struct Matrix {
   }
 };
 
-/// One decoder layer. Vectors (norm weights, biases) are small, so they are kept as f32 copies;
-/// those of features the config does not have (Config::qkv_bias, o_bias, qk_norm) are empty.
+/// One decoder layer; every field is a row of tensor_names.def, which names it in safetensors and
+/// GGUF files. Vectors (norm weights, biases) are small, so they are kept as f32 copies; those of
+/// features the config does not have (Config::qkv_bias, o_bias, qk_norm) are empty.
 struct LayerWeights {
-  std::vector<float> input_norm;  ///< [hidden]
-  Matrix q;                       ///< [heads * head_dim, hidden]
-  Matrix k;                       ///< [kv_heads * head_dim, hidden]
-  Matrix v;                       ///< [kv_heads * head_dim, hidden]
-  std::vector<float> q_bias;      ///< [heads * head_dim] or empty
-  std::vector<float> k_bias;      ///< [kv_heads * head_dim] or empty
-  std::vector<float> v_bias;      ///< [kv_heads * head_dim] or empty
-  std::vector<float> q_norm;      ///< [head_dim] or empty: RMSNorm weight of every query head
-  std::vector<float> k_norm;      ///< [head_dim] or empty: RMSNorm weight of every key head
-  Matrix o;                       ///< [hidden, heads * head_dim]
-  std::vector<float> o_bias;      ///< [hidden] or empty
-  std::vector<float> post_norm;   ///< [hidden]
-  Matrix gate;                    ///< [intermediate, hidden]
-  Matrix up;                      ///< [intermediate, hidden]
-  Matrix down;                    ///< [hidden, intermediate]
+  /// [hidden]: RMSNorm weight of the attention block's input (on disk input_layernorm, attn_norm)
+  std::vector<float> pre_attention_norm;
+  Matrix q;                   ///< [heads * head_dim, hidden]
+  Matrix k;                   ///< [kv_heads * head_dim, hidden]
+  Matrix v;                   ///< [kv_heads * head_dim, hidden]
+  std::vector<float> q_bias;  ///< [heads * head_dim] or empty
+  std::vector<float> k_bias;  ///< [kv_heads * head_dim] or empty
+  std::vector<float> v_bias;  ///< [kv_heads * head_dim] or empty
+  std::vector<float> q_norm;  ///< [head_dim] or empty: RMSNorm weight of every query head
+  std::vector<float> k_norm;  ///< [head_dim] or empty: RMSNorm weight of every key head
+  Matrix o;                   ///< [hidden, heads * head_dim]
+  std::vector<float> o_bias;  ///< [hidden] or empty
+  /// [hidden]: RMSNorm weight of the MLP block's input (on disk post_attention_layernorm,
+  /// ffn_norm)
+  std::vector<float> pre_mlp_norm;
+  Matrix gate;  ///< [intermediate, hidden]
+  Matrix up;    ///< [intermediate, hidden]
+  Matrix down;  ///< [hidden, intermediate]
 };
 
 struct Weights {

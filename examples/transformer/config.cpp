@@ -162,7 +162,7 @@ Architecture architecture(const Reader& r) {
       named = architecture_from_model_type(type);
       if (!named) {
         r.fail("model_type \"", type,
-               "\" is not supported (no 'architectures' key); supported: qwen2, qwen3, llama");
+               "\" is not supported (no 'architectures' key); supported: ", known_model_types());
       }
     }
   }

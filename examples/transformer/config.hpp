@@ -72,18 +72,18 @@ Config parse_config(std::string_view json_text, const std::string& source = "con
 /// Reads and parses DIR/config.json (or the file itself when given a file).
 Config load_config(const std::filesystem::path& path);
 
-/// The config a GGUF file's metadata describes (gguf_checkpoint.cpp), for general.architecture
-/// llama, qwen2 or qwen3: sizes from <arch>.embedding_length, .feed_forward_length,
-/// .block_count, .attention.head_count, .attention.head_count_kv (default head_count),
-/// .attention.key_length (default embedding_length / head_count), .context_length,
-/// .rope.freq_base (default 10000), .attention.layer_norm_rms_epsilon, the vocabulary size
-/// from token_embd.weight; BOS/EOS from tokenizer.ggml.bos_token_id/eos_token_id; the bias and
-/// q/k-norm features from the tensors present (GGUF has no attention_bias key); tied when
-/// output.weight is absent. Throws amc::error "amc::transformer::config_from_gguf: <file>: ..."
-/// naming the key and value for a missing or ill-typed key, an architecture outside the three,
-/// and what this transformer does not implement: a rope.scaling.type other than none, partial
-/// RoPE (rope.dimension_count != key_length), value_length != key_length, experts, sliding
-/// windows, per-layer head counts.
+/// The config a GGUF file's metadata describes (gguf_checkpoint.cpp), for a general.architecture
+/// of the family table (Family::gguf_architecture: llama, qwen2, qwen3): sizes from
+/// <arch>.embedding_length, .feed_forward_length, .block_count, .attention.head_count,
+/// .attention.head_count_kv (default head_count), .attention.key_length (default embedding_length /
+/// head_count), .context_length, .rope.freq_base (default 10000),
+/// .attention.layer_norm_rms_epsilon, the vocabulary size from token_embd.weight; BOS/EOS from
+/// tokenizer.ggml.bos_token_id/eos_token_id; the bias and q/k-norm features from the tensors
+/// present (GGUF has no attention_bias key); tied when output.weight is absent. Throws amc::error
+/// "amc::transformer::config_from_gguf: <file>: ..." naming the key and value for a missing or
+/// ill-typed key, an architecture outside the table, and what this transformer does not implement:
+/// a rope.scaling.type other than none, partial RoPE (rope.dimension_count != key_length),
+/// value_length != key_length, experts, sliding windows, per-layer head counts.
 Config config_from_gguf(const GgufFile& file);
 
 }  // namespace amc::transformer

@@ -7,7 +7,9 @@
 // the original rows, which pairs (x[i], x[i + d/2]). This transformer implements the Hugging
 // Face forward pass, so the loader puts the rows back: within each head of d rows, the file's
 // row 2i + a (a in {0, 1}, i < d/2) is Hugging Face's row a * d/2 + i. Qwen2 and Qwen3 files
-// use NEOX RoPE (rotate-half) and are stored unpermuted.
+// use NEOX RoPE (rotate-half) and are stored unpermuted. The family table says which
+// architectures are permuted (Family::gguf_qk_permuted), tensor_names.def which rows
+// (rope_heads).
 #include <amc/error.hpp>
 #include <amc/io/gguf.hpp>
 #include <amc/io/gguf_quants.hpp>
@@ -22,6 +24,7 @@
 
 #include "checkpoint.hpp"
 #include "config.hpp"
+#include "tensor_names.hpp"
 
 namespace amc::transformer {
 namespace {
@@ -38,13 +41,6 @@ constexpr std::int64_t kMaxHeads = 1 << 12;
 constexpr std::int64_t kMaxHeadDim = 1 << 12;
 constexpr std::int64_t kMaxVocab = 1 << 24;
 constexpr std::int64_t kMaxPositions = std::int64_t{1} << 30;
-
-struct ArchitectureName {
-  std::string_view gguf;  // general.architecture
-  Architecture architecture;
-};
-constexpr ArchitectureName kArchitectures[] = {
-    {"llama", Architecture::llama}, {"qwen2", Architecture::qwen2}, {"qwen3", Architecture::qwen3}};
 
 std::string shape_string(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
@@ -89,15 +85,14 @@ class MetadataReader {
 
 Config config_from_gguf(const GgufFile& file) {
   const std::string arch_name = file.string("general.architecture");
-  const auto* arch = std::find_if(std::begin(kArchitectures), std::end(kArchitectures),
-                                  [&](const ArchitectureName& a) { return a.gguf == arch_name; });
-  if (arch == std::end(kArchitectures)) {
+  const std::optional<Architecture> arch = architecture_from_gguf(arch_name);
+  if (!arch) {
     detail::throw_error(kConfigWhere, file.source(), ": general.architecture '", arch_name,
-                        "' is not supported (llama, qwen2 or qwen3)");
+                        "' is not supported (", known_gguf_architectures(), ")");
   }
   const MetadataReader r(file, arch_name + ".");
   Config c;
-  c.architecture = arch->architecture;
+  c.architecture = *arch;
   c.hidden_size = r.size("embedding_length", kMaxHidden);
   c.intermediate_size = r.size("feed_forward_length", kMaxIntermediate);
   c.num_hidden_layers = r.size("block_count", kMaxLayers);
@@ -156,21 +151,22 @@ Config config_from_gguf(const GgufFile& file) {
 
   // The vocabulary is the embedding's rows (llama.cpp reads it from there too; <arch>.vocab_size
   // is optional and, when present, must agree).
-  const GgufTensorInfo* embed = file.find("token_embd.weight");
+  const std::string embed_name(global_tensor(GlobalTensorId::embed).gguf);
+  const GgufTensorInfo* embed = file.find(embed_name);
   if (embed == nullptr) {
-    detail::throw_error(kConfigWhere, file.source(), ": tensor 'token_embd.weight' is missing");
+    detail::throw_error(kConfigWhere, file.source(), ": tensor '", embed_name, "' is missing");
   }
   if (embed->shape.size() != 2 || embed->shape[1] != c.hidden_size) {
-    detail::throw_error(kConfigWhere, file.source(), ": tensor 'token_embd.weight' has shape ",
+    detail::throw_error(kConfigWhere, file.source(), ": tensor '", embed_name, "' has shape ",
                         shape_string(embed->shape), ", expected [vocab, ", c.hidden_size, "]");
   }
   c.vocab_size = embed->shape[0];
   if (c.vocab_size > kMaxVocab) {
-    detail::throw_error(kConfigWhere, file.source(), ": tensor 'token_embd.weight' has ",
+    detail::throw_error(kConfigWhere, file.source(), ": tensor '", embed_name, "' has ",
                         c.vocab_size, " rows, beyond the supported vocabulary of ", kMaxVocab);
   }
   if (const auto v = file.optional_integer(r.key("vocab_size")); v && *v != c.vocab_size) {
-    r.fail("metadata '", r.key("vocab_size"), "' = ", *v, " disagrees with token_embd.weight's ",
+    r.fail("metadata '", r.key("vocab_size"), "' = ", *v, " disagrees with ", embed_name, "'s ",
            c.vocab_size, " rows");
   }
 
@@ -179,13 +175,14 @@ Config config_from_gguf(const GgufFile& file) {
   const Family& fam = family(c.architecture);
   c.qk_norm = fam.qk_norm;
   if (fam.attention_bias_key) {
-    c.qkv_bias = file.find("blk.0.attn_q.bias") != nullptr;
-    c.o_bias = file.find("blk.0.attn_output.bias") != nullptr;
+    c.qkv_bias = file.find(gguf_name(layer_tensor(LayerTensorId::q_bias), 0)) != nullptr;
+    c.o_bias = file.find(gguf_name(layer_tensor(LayerTensorId::o_bias), 0)) != nullptr;
   } else {
     c.qkv_bias = true;
     c.o_bias = false;
   }
-  c.tie_word_embeddings = file.find("output.weight") == nullptr;
+  c.tie_word_embeddings =
+      file.find(std::string(global_tensor(GlobalTensorId::lm_head).gguf)) == nullptr;
   c.bos_token_id = file.optional_integer("tokenizer.ggml.bos_token_id").value_or(-1);
   c.eos_token_id = file.optional_integer("tokenizer.ggml.eos_token_id").value_or(-1);
   for (const auto* id : {&c.bos_token_id, &c.eos_token_id}) {
@@ -424,42 +421,39 @@ Checkpoint Checkpoint::load_gguf(const std::filesystem::path& path, const LoadOp
   c.rows_interleaved_ = options.interleave_rows && q8_interleaved_accelerated();
   GgufLoader loader(c, file, c.weight_dtype_, options.keep_blocks, threads);
 
-  const std::int64_t hidden = cfg.hidden_size;
-  const std::int64_t q_rows = cfg.num_attention_heads * cfg.head_dim;
-  const std::int64_t kv_rows = cfg.num_key_value_heads * cfg.head_dim;
-  const std::int64_t inter = cfg.intermediate_size;
-  // llama-architecture q and k rows are stored permuted for llama.cpp's RoPE (file comment).
-  const bool permuted = cfg.architecture == Architecture::llama;
-  const std::int64_t q_heads = permuted ? cfg.num_attention_heads : 0;
-  const std::int64_t k_heads = permuted ? cfg.num_key_value_heads : 0;
+  // q and k rows stored permuted for llama.cpp's RoPE (llama files; file comment).
+  const bool permuted = family(cfg.architecture).gguf_qk_permuted;
   Weights& w = c.weights_;
   w.layers.resize(static_cast<std::size_t>(cfg.num_hidden_layers));
-  // Matrices in the order a decode step reads them (as the safetensors huge-page copy).
+  // Matrices in the order a decode step reads them (as the safetensors huge-page copy): every
+  // layer's, the unembedding, the embedding.
   for (std::int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
     LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
-    l.input_norm = loader.vector(p + "attn_norm.weight", hidden);
-    loader.matrix(l.q, p + "attn_q.weight", q_rows, hidden, q_heads);
-    loader.matrix(l.k, p + "attn_k.weight", kv_rows, hidden, k_heads);
-    loader.matrix(l.v, p + "attn_v.weight", kv_rows, hidden);
-    l.q_bias =
-        loader.permuted_vector(loader.feature(cfg.qkv_bias, p + "attn_q.bias", q_rows), q_heads);
-    l.k_bias =
-        loader.permuted_vector(loader.feature(cfg.qkv_bias, p + "attn_k.bias", kv_rows), k_heads);
-    l.v_bias = loader.feature(cfg.qkv_bias, p + "attn_v.bias", kv_rows);
-    l.q_norm = loader.feature(cfg.qk_norm, p + "attn_q_norm.weight", cfg.head_dim);
-    l.k_norm = loader.feature(cfg.qk_norm, p + "attn_k_norm.weight", cfg.head_dim);
-    loader.matrix(l.o, p + "attn_output.weight", hidden, q_rows);
-    l.o_bias = loader.feature(cfg.o_bias, p + "attn_output.bias", hidden);
-    l.post_norm = loader.vector(p + "ffn_norm.weight", hidden);
-    loader.matrix(l.gate, p + "ffn_gate.weight", inter, hidden);
-    loader.matrix(l.up, p + "ffn_up.weight", inter, hidden);
-    loader.matrix(l.down, p + "ffn_down.weight", hidden, inter);
+    for (const LayerTensor& t : kLayerTensors) {
+      const std::string name = gguf_name(t, i);
+      const std::vector<std::int64_t> shape = shape_of(t.shape, cfg);
+      const std::int64_t heads = permuted ? rope_head_count(t.rope_heads, cfg) : 0;
+      if (t.matrix != nullptr) {
+        loader.matrix(l.*t.matrix, name, shape[0], shape[1], heads);
+      } else {
+        l.*t.vector =
+            loader.permuted_vector(loader.feature(present(t.presence, cfg), name, shape[0]), heads);
+      }
+    }
   }
-  w.final_norm = loader.vector("output_norm.weight", hidden);
+  auto global = [&](GlobalTensorId id) {
+    const GlobalTensor& t = global_tensor(id);
+    return std::pair(std::string(t.gguf), shape_of(t.shape, cfg));
+  };
+  const auto [final_norm, final_norm_shape] = global(GlobalTensorId::final_norm);
+  w.final_norm = loader.vector(final_norm, final_norm_shape[0]);
   w.tied = cfg.tie_word_embeddings;
-  if (!w.tied) loader.matrix(w.lm_head, "output.weight", cfg.vocab_size, hidden);
-  loader.matrix(w.embed, "token_embd.weight", cfg.vocab_size, hidden);
+  if (!w.tied) {
+    const auto [lm_head, shape] = global(GlobalTensorId::lm_head);
+    loader.matrix(w.lm_head, lm_head, shape[0], shape[1]);
+  }
+  const auto [embed, embed_shape] = global(GlobalTensorId::embed);
+  loader.matrix(w.embed, embed, embed_shape[0], embed_shape[1]);
   loader.check_all_used();
   loader.dequantize_matrices(options.weights, c.rows_interleaved_);
   if (w.tied) w.lm_head = w.embed;

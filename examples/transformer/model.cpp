@@ -306,7 +306,7 @@ struct Session::Impl {
   void attention_block(std::int64_t layer, std::int64_t p0, std::int64_t n, Pass pass) {
     const LayerWeights& l = w.layers[static_cast<std::size_t>(layer)];
     const LayerStacks& st = stacks[static_cast<std::size_t>(layer)];
-    norm_rows(0, n, l.input_norm.data());
+    norm_rows(0, n, l.pre_attention_norm.data());
     project(st.qkv, 8, XN.data(), n, hidden, optional_data(st.qkv_bias), QKV.data(), qkv_dim);
     for_rows(n, kTokenRows, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t t = b; t < e; ++t) {
@@ -341,7 +341,7 @@ struct Session::Impl {
   void mlp_block(std::int64_t layer, std::int64_t n) {
     const LayerWeights& l = w.layers[static_cast<std::size_t>(layer)];
     const LayerStacks& st = stacks[static_cast<std::size_t>(layer)];
-    norm_rows(0, n, l.post_norm.data());
+    norm_rows(0, n, l.pre_mlp_norm.data());
     project(st.gate_up, 16, XN.data(), n, hidden, nullptr, GU.data(), 2 * inter);
     for_rows(n, kTokenRows, [&](std::int64_t b, std::int64_t e) {
       thread_local std::vector<float> scratch;

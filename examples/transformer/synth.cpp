@@ -12,12 +12,14 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "synth_tokenizer.hpp"
+#include "tensor_names.hpp"
 
 namespace amc::transformer {
 namespace {
@@ -57,6 +59,7 @@ std::uint64_t mix(std::uint64_t seed, std::uint64_t index) {
 
 /// One tensor being generated: its values in f32, converted to the file dtype at the end.
 struct Pending {
+  std::optional<LayerTensorId> row;  // the layer tensor it is, if it is one
   std::string name;
   std::vector<std::int64_t> shape;
   std::function<void(std::vector<float>&, NormalSource&)> fill;
@@ -68,7 +71,7 @@ struct Pending {
 /// transformers saves them; Qwen2's exactly as amc-synth always wrote them).
 nlohmann::ordered_json config_json(const Config& c, StorageType dtype) {
   const Family& f = family(c.architecture);
-  const bool qwen = c.architecture != Architecture::llama;
+  const bool qwen = f.config_keys == ConfigKeys::qwen;
   nlohmann::ordered_json j;
   j["architectures"] = {std::string(f.class_name)};
   if (f.attention_bias_key) j["attention_bias"] = c.qkv_bias;
@@ -136,78 +139,67 @@ auto near_one(double std) {
 
 Config synth_shape(std::string_view name, std::optional<Architecture> family_override) {
   constexpr const char* where = "amc::transformer::synth_shape";
-  Config c;
-  c.rope_theta = 1000000.0;
-  c.rms_norm_eps = 1e-6;
-  c.max_position_embeddings = 32768;
-  // head_dim 0: not written to config.json, so the family's default (hidden / heads here).
-  auto shape = [&c](std::int64_t hidden, std::int64_t intermediate, std::int64_t layers,
-                    std::int64_t heads, std::int64_t kv_heads, std::int64_t vocab) {
-    c.hidden_size = hidden;
-    c.intermediate_size = intermediate;
-    c.num_hidden_layers = layers;
-    c.num_attention_heads = heads;
-    c.num_key_value_heads = kv_heads;
-    c.vocab_size = vocab;
-  };
+  const Family* fam = nullptr;
+  const SynthShape* shape = nullptr;
   if (name == "tiny") {
-    shape(64, 128, 2, 4, 2, 320);
-    c.architecture = family_override.value_or(Architecture::qwen2);
-    if (c.architecture == Architecture::qwen3) {
-      c.head_dim = 32;  // twice hidden / heads: q_proj [128, 64], o_proj [64, 128]
-    } else if (c.architecture == Architecture::llama) {
-      // Llama's distinguishing traits at test size: an untied unembedding, and llama3 RoPE
-      // scaling whose three bands all occur among theta 1e4's 8 frequencies of head_dim 16
-      // (wavelengths 6.3, 20 and 63 kept below 1024 / 8; 199 and 628 interpolated; 1987 and
-      // beyond divided by 8).
-      c.rope_theta = 10000.0;
-      c.tie_word_embeddings = false;
-      c.rope_scaling = {RopeScaling::Type::llama3, 8.0, 1.0, 8.0, 1024.0};
-    }
+    fam = &family(family_override.value_or(families().front().architecture()));
+    shape = &fam->tiny;
   } else {
-    if (name == "qwen2-0.5b") {
-      c.architecture = Architecture::qwen2;
-      shape(896, 4864, 24, 14, 2, 151936);
-      c.max_position_embeddings = 131072;
-    } else if (name == "qwen3-0.6b") {
-      c.architecture = Architecture::qwen3;
-      shape(1024, 3072, 28, 16, 8, 151936);
-      c.head_dim = 128;
-      c.max_position_embeddings = 40960;
-    } else if (name == "smollm2-135m") {
-      c.architecture = Architecture::llama;
-      shape(576, 1536, 30, 9, 3, 49152);
-      c.head_dim = 64;
-      c.rope_theta = 100000.0;
-      c.rms_norm_eps = 1e-5;
-      c.max_position_embeddings = 8192;
-    } else if (name == "llama-3.2-1b") {
-      c.architecture = Architecture::llama;
-      shape(2048, 8192, 16, 32, 8, 128256);
-      c.head_dim = 64;
-      c.rope_theta = 500000.0;
-      c.rms_norm_eps = 1e-5;
-      c.max_position_embeddings = 131072;
-      c.rope_scaling = {RopeScaling::Type::llama3, 32.0, 1.0, 4.0, 8192.0};
-    } else {
+    for (const Family& f : families()) {
+      for (const SynthShape& s : f.shapes) {
+        if (!s.name.empty() && s.name == name) {
+          fam = &f;
+          shape = &s;
+        }
+      }
+    }
+    if (shape == nullptr) {
       detail::throw_error(where, "shape must be one of ", synth_shape_names(), ", got '", name,
                           "'");
     }
-    if (family_override && *family_override != c.architecture) {
-      detail::throw_error(where, "shape '", name, "' is a ", to_string(c.architecture),
+    if (family_override && *family_override != fam->architecture()) {
+      detail::throw_error(where, "shape '", name, "' is a ", fam->class_name,
                           " shape; it cannot be written as ", to_string(*family_override));
     }
   }
+  Config c;
+  c.architecture = fam->architecture();
+  c.hidden_size = shape->hidden_size;
+  c.intermediate_size = shape->intermediate_size;
+  c.num_hidden_layers = shape->num_hidden_layers;
+  c.num_attention_heads = shape->num_attention_heads;
+  c.num_key_value_heads = shape->num_key_value_heads;
+  c.vocab_size = shape->vocab_size;
+  c.head_dim = shape->head_dim;  // 0: not written to config.json, so the family's default
+  c.rope_theta = shape->rope_theta;
+  c.rms_norm_eps = shape->rms_norm_eps;
+  c.max_position_embeddings = shape->max_position_embeddings;
+  c.tie_word_embeddings = shape->tie_word_embeddings;
+  c.rope_scaling = shape->rope_scaling;
   // The family's fixed features; q/k/v biases as its config.json default (Qwen2: always).
-  const Family& f = family(c.architecture);
-  c.qkv_bias = f.attention_bias_key ? f.default_attention_bias : true;
-  c.o_bias = f.attention_bias_key && c.qkv_bias;
-  c.qk_norm = f.qk_norm;
+  c.qkv_bias = fam->attention_bias_key ? fam->default_attention_bias : true;
+  c.o_bias = fam->attention_bias_key && c.qkv_bias;
+  c.qk_norm = fam->qk_norm;
   return c;
 }
 
+std::vector<std::string> synth_shapes() {
+  std::vector<std::string> names{"tiny"};
+  for (const Family& f : families()) {
+    for (const SynthShape& s : f.shapes) {
+      if (!s.name.empty()) names.emplace_back(s.name);
+    }
+  }
+  return names;
+}
+
 std::string_view synth_shape_names() {
-  return "tiny, qwen2-0.5b, qwen3-0.6b, smollm2-135m, llama-3.2-1b";
+  static const std::string names = [] {
+    std::string s;
+    for (const std::string& n : synth_shapes()) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  }();
+  return names;
 }
 
 void write_synthetic_checkpoint(const std::filesystem::path& dir, const SynthSpec& spec) {
@@ -236,30 +228,33 @@ void write_synthetic_checkpoint(const std::filesystem::path& dir, const SynthSpe
   // Scales chosen so activations stay sane at any width: projections of a unit-RMS input have
   // unit-scale outputs, residual updates are half that, and logits have std ~2.5.
   std::vector<Pending> tensors;
-  auto add = [&](std::string name, std::vector<std::int64_t> shape, auto fill) {
-    tensors.push_back({std::move(name), std::move(shape), fill, {}, {}});
+  using Fill = std::function<void(std::vector<float>&, NormalSource&)>;
+  // The embedding, and the unembedding of an untied checkpoint: rows the tokenizer cannot spell
+  // stay zero (as Qwen2's padding rows are close to zero): their logit is 0, below the maximum of
+  // the others, so they are never chosen.
+  const Fill embedding = [=](std::vector<float>& out, NormalSource& normal) {
+    gaussian(2.5 * in_std)(out, normal);
+    std::fill(out.begin() + tokenizer_vocab * hidden, out.end(), 0.0f);
   };
-  add("model.embed_tokens.weight", {c.vocab_size, hidden},
-      [=](std::vector<float>& out, NormalSource& normal) {
-        gaussian(2.5 * in_std)(out, normal);
-        // Rows the tokenizer cannot spell stay zero (as Qwen2's padding rows are close to
-        // zero): their logit is 0, below the maximum of the others, so they are never chosen.
-        std::fill(out.begin() + tokenizer_vocab * hidden, out.end(), 0.0f);
-      });
-  for (std::int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    const std::string p = "model.layers." + std::to_string(layer) + ".";
-    add(p + "input_layernorm.weight", {hidden}, near_one(0.05));
-    // Structure: each KV head's key projection is partly the mean of its query heads'
-    // projections, so a query scores high on keys of tokens like its own (a copy/induction
-    // pattern): attention has peaks for block-sparse selection to find, unlike pure noise.
-    const std::size_t q_index = tensors.size();
-    add(p + "self_attn.q_proj.weight", {q_rows, hidden}, gaussian(1.4 * in_std));
-    if (c.qkv_bias) add(p + "self_attn.q_proj.bias", {q_rows}, gaussian(0.1));
-    add(p + "self_attn.k_proj.weight", {kv_rows, hidden},
-        [q_index, &tensors, kv_rows, hidden, head_dim, group, in_std](std::vector<float>& out,
-                                                                      NormalSource& normal) {
-          // Filled after the query projection (the ordering below guarantees it).
-          const std::vector<float>& q = tensors[q_index].f32;
+  // The values of a layer tensor; `q_index` is the layer's query projection, which its key
+  // projection reads.
+  auto layer_fill = [&](LayerTensorId id, std::optional<std::size_t> q_index) -> Fill {
+    switch (id) {
+      case LayerTensorId::pre_attention_norm:
+      case LayerTensorId::pre_mlp_norm:
+        return near_one(0.05);
+      case LayerTensorId::q:
+        return gaussian(1.4 * in_std);
+      case LayerTensorId::k:
+        // Structure: each KV head's key projection is partly the mean of its query heads'
+        // projections, so a query scores high on keys of tokens like its own (a copy/induction
+        // pattern): attention has peaks for block-sparse selection to find, unlike pure noise.
+        AMC_CHECK(q_index.has_value(), kWhere,
+                  "tensor_names.def lists the key projection before the query projection");
+        return [q = *q_index, &tensors, kv_rows, hidden, head_dim, group, in_std](
+                   std::vector<float>& out, NormalSource& normal) {
+          // Filled after the query projection (the two waves below guarantee it).
+          const std::vector<float>& query = tensors[q].f32;
           constexpr double kShared = 0.6;
           const double own = std::sqrt(1.0 - kShared * kShared);
           const double mean_scale = kShared / std::sqrt(static_cast<double>(group));
@@ -268,52 +263,65 @@ void write_synthetic_checkpoint(const std::filesystem::path& dir, const SynthSpe
             for (std::int64_t i = 0; i < hidden; ++i) {
               double shared = 0.0;
               for (std::int64_t hd = 0; hd < group; ++hd) {
-                shared += q[static_cast<std::size_t>(
+                shared += query[static_cast<std::size_t>(
                     ((g * group + hd) * head_dim + channel) * hidden + i)];
               }
               out[static_cast<std::size_t>(r * hidden + i)] =
                   static_cast<float>(mean_scale * shared + own * 1.4 * in_std * normal());
             }
           }
-        });
-    if (c.qkv_bias) add(p + "self_attn.k_proj.bias", {kv_rows}, gaussian(0.1));
-    add(p + "self_attn.v_proj.weight", {kv_rows, hidden}, gaussian(in_std));
-    if (c.qkv_bias) add(p + "self_attn.v_proj.bias", {kv_rows}, gaussian(0.1));
-    if (c.qk_norm) {
-      // Spread wider than the other norms' so that tests can tell a per-channel weight applied
-      // before RoPE from one applied after it (or not at all).
-      add(p + "self_attn.q_norm.weight", {head_dim}, near_one(0.25));
-      add(p + "self_attn.k_norm.weight", {head_dim}, near_one(0.25));
+        };
+      case LayerTensorId::v:
+      case LayerTensorId::gate:
+      case LayerTensorId::up:
+        return gaussian(in_std);
+      case LayerTensorId::q_bias:
+      case LayerTensorId::k_bias:
+      case LayerTensorId::v_bias:
+      case LayerTensorId::o_bias:
+        return gaussian(0.1);
+      case LayerTensorId::q_norm:
+      case LayerTensorId::k_norm:
+        // Spread wider than the other norms' so that tests can tell a per-channel weight applied
+        // before RoPE from one applied after it (or not at all).
+        return near_one(0.25);
+      case LayerTensorId::o:
+        return gaussian(0.5 / std::sqrt(static_cast<double>(q_rows)));
+      case LayerTensorId::down:
+        return gaussian(0.5 / std::sqrt(static_cast<double>(inter)));
     }
-    add(p + "self_attn.o_proj.weight", {hidden, q_rows},
-        gaussian(0.5 / std::sqrt(static_cast<double>(q_rows))));
-    if (c.o_bias) add(p + "self_attn.o_proj.bias", {hidden}, gaussian(0.1));
-    add(p + "post_attention_layernorm.weight", {hidden}, near_one(0.05));
-    add(p + "mlp.gate_proj.weight", {inter, hidden}, gaussian(in_std));
-    add(p + "mlp.up_proj.weight", {inter, hidden}, gaussian(in_std));
-    add(p + "mlp.down_proj.weight", {hidden, inter},
-        gaussian(0.5 / std::sqrt(static_cast<double>(inter))));
+    detail::throw_error(kWhere, "no values for tensor ", layer_tensor(id).field);
+  };
+  auto add_global = [&](GlobalTensorId id, Fill fill) {
+    const GlobalTensor& t = global_tensor(id);
+    if (!present(t.presence, c)) return;
+    tensors.push_back(
+        {std::nullopt, std::string(t.hugging_face), shape_of(t.shape, c), std::move(fill), {}, {}});
+  };
+  // Every tensor of tensor_names.def the config calls for, in its order.
+  add_global(GlobalTensorId::embed, embedding);
+  for (std::int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    std::optional<std::size_t> q_index;
+    for (const LayerTensor& t : kLayerTensors) {
+      if (!present(t.presence, c)) continue;
+      if (t.id == LayerTensorId::q) q_index = tensors.size();
+      tensors.push_back({t.id,
+                         hugging_face_name(t, layer),
+                         shape_of(t.shape, c),
+                         layer_fill(t.id, q_index),
+                         {},
+                         {}});
+    }
   }
-  add("model.norm.weight", {hidden}, near_one(0.05));
-  if (!c.tie_word_embeddings) {
-    // An unembedding of its own, zero beyond the tokenizer's tokens as the embedding is.
-    add("lm_head.weight", {c.vocab_size, hidden},
-        [=](std::vector<float>& out, NormalSource& normal) {
-          gaussian(2.5 * in_std)(out, normal);
-          std::fill(out.begin() + tokenizer_vocab * hidden, out.end(), 0.0f);
-        });
-  }
+  add_global(GlobalTensorId::final_norm, near_one(0.05));
+  add_global(GlobalTensorId::lm_head, embedding);
 
   // Generate in two waves (everything but the key projections, then those, which read the
   // query projections), in parallel over tensors; each tensor has its own seed. A bf16 tensor
   // is converted as soon as nothing reads its f32 values any more, so the f32 copies never
   // coexist (peak memory about one checkpoint, not three).
-  auto is_key = [&](std::size_t i) {
-    return tensors[i].name.find("k_proj.weight") != std::string::npos;
-  };
-  auto is_query = [&](std::size_t i) {
-    return tensors[i].name.find("q_proj.weight") != std::string::npos;
-  };
+  auto is_key = [&](std::size_t i) { return tensors[i].row == LayerTensorId::k; };
+  auto is_query = [&](std::size_t i) { return tensors[i].row == LayerTensorId::q; };
   auto convert = [&](std::size_t i) {
     Pending& t = tensors[i];
     if (spec.dtype != StorageType::bf16) return;

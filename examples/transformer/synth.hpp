@@ -1,6 +1,6 @@
-// Synthetic checkpoints of every family (Qwen2, Qwen3, Llama: family.hpp): the exact file
-// layout of a Hugging Face model of that family (config.json, model.safetensors with its tensor
-// names and shapes, tokenizer.json) filled with seeded random weights, for tests, demos and
+// Synthetic checkpoints of every family (family.hpp): the exact file layout of a Hugging Face
+// model of that family (config.json, model.safetensors with its tensor names and shapes from
+// tensor_names.def, tokenizer.json) filled with seeded random weights, for tests, demos and
 // benchmarks where the real weights are not available.
 #pragma once
 
@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "config.hpp"
 
@@ -33,8 +35,9 @@ struct SynthSpec {
   int shards = 1;
 };
 
-/// The named shapes. "tiny" (2 layers, hidden 64, 4 heads, 2 KV heads, intermediate 128, vocab
-/// 320, theta 1e6) in the given family (default Qwen2, head_dim 16): as Qwen3 with head_dim 32
+/// The named shapes, from the family table (family.hpp, Family::tiny and Family::shapes). "tiny"
+/// (2 layers, hidden 64, 4 heads, 2 KV heads, intermediate 128, vocab 320, theta 1e6) in the
+/// given family (default: the table's first, Qwen2, head_dim 16): as Qwen3 with head_dim 32
 /// (not hidden / heads) and the q/k norms; as Llama with theta 1e4, an untied lm_head and llama3
 /// RoPE scaling (factor 8, low_freq_factor 1, high_freq_factor 8, original 1024: of its 8
 /// frequencies 3 are kept, 2 interpolated and 3 divided by the factor). The real shapes, whose
@@ -43,7 +46,11 @@ struct SynthSpec {
 /// than a real shape's.
 Config synth_shape(std::string_view name, std::optional<Architecture> family = std::nullopt);
 
-/// The names synth_shape knows: "tiny, qwen2-0.5b, qwen3-0.6b, smollm2-135m, llama-3.2-1b".
+/// The names synth_shape knows, "tiny" and then every family's shapes in the table's order
+/// (amc-synth's --shape choices).
+std::vector<std::string> synth_shapes();
+
+/// synth_shapes() for messages: "tiny, qwen2-0.5b, qwen3-0.6b, smollm2-135m, llama-3.2-1b".
 std::string_view synth_shape_names();
 
 /// Writes config.json, the weights and tokenizer.json into `dir` (created if needed). The

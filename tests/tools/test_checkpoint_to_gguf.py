@@ -23,6 +23,10 @@ q/k rows the converter permutes). Each is converted with --type f32, bf16, q8_0 
   of --weight-dtype f32 within 1e-5 of their range: the same products summed in another order
   (the criterion and reason of tests/test_real_model.cpp, measured there at 6e-7).
 
+Every row of examples/transformer/tensor_names.def (the tensor names amc's loaders and amc-synth
+read too) converts to its GGUF name, across the three checkpoints and a copy of the llama one with
+attention_bias true (q, k, v and o_proj biases), on which amc computes the directory's logits.
+
 A sharded checkpoint (model.safetensors.index.json) converts to the single file's bytes. And the
 refusals: a bad --type, a missing directory, an unsupported rope_scaling, a row length that is
 no multiple of the block of 32, an unknown pre-tokenizer regex, a tensor unknown, missing or
@@ -34,6 +38,7 @@ and AMC_GENERATE naming the two tools.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -361,6 +366,64 @@ def test_stored_blocks_give_the_f32_logits_to_rounding(made, family, type_name, 
     error = float(np.abs(stored - widened).max())
     print(f"\n{family} {type_name}: stored vs f32 weights: max |diff| {error / scale:.3g} of the range")
     assert error <= STORED_TOLERANCE * scale
+
+
+# --- the tensor table ------------------------------------------------------------------------------------
+
+TENSOR_NAMES = os.path.join(HERE, "..", "..", "examples", "transformer", "tensor_names.def")
+
+
+def table_rows():
+    """(kind, Hugging Face name, GGUF name) of every row of tensor_names.def, read here with a regex
+    of this test's own (the converter has its own reader)."""
+    with open(TENSOR_NAMES, encoding="utf-8") as f:
+        text = f.read()
+    rows = re.findall(r'^AMC_(GLOBAL|LAYER)_TENSOR\(\w+, "([^"]+)", "([^"]+)"', text, re.M)
+    assert rows and len(rows) == text.count("\nAMC_")
+    return rows
+
+
+def test_every_row_of_tensor_names_def_converts_to_its_gguf_name(made, tmp_path):
+    """Each row of the table that amc's loaders and amc-synth read reaches the converter too: every
+    tensor of a converted checkpoint is in the file under the row's GGUF name and nothing else is,
+    and the conversions together hold every row. The three families' checkpoints lack the q, k, v
+    and o_proj biases of Llama's attention_bias true, so a copy of the llama checkpoint with them
+    is converted too, and amc computes on it what it computes on the directory (the biases of q
+    and k permuted and put back)."""
+    rows = table_rows()
+    llama = made["llama"]
+    c = dict(llama["config"], attention_bias=True)
+    d = tmp_path / "llama-biases"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(c))
+    (d / "tokenizer.json").write_bytes((llama["dir"] / "tokenizer.json").read_bytes())
+    rng = np.random.default_rng(9)
+    weights = dict(llama["weights"])
+    sizes = {"q_proj": c["num_attention_heads"] * c["head_dim"], "k_proj": c["num_key_value_heads"] * c["head_dim"],
+             "v_proj": c["num_key_value_heads"] * c["head_dim"], "o_proj": c["hidden_size"]}
+    for layer in range(c["num_hidden_layers"]):
+        for proj, size in sizes.items():
+            weights[f"model.layers.{layer}.self_attn.{proj}.bias"] = rng.normal(0, 0.1, size).astype(np.float32)
+    write_safetensors(d / "model.safetensors", weights)
+    out = tmp_path / "llama-biases.gguf"
+    convert(d, out, "f32")
+
+    to_gguf = {hf: gguf for _, hf, gguf in rows}
+    seen = set()
+    for checkpoint, path in [(made[f]["weights"], made[f]["gguf"]["f32"]) for f in CHECKPOINTS] + [(weights, out)]:
+        expected = set()
+        for hf in checkpoint:
+            if hf in to_gguf:
+                expected.add(to_gguf[hf])
+                seen.add(hf)
+            else:
+                _, _, layer, suffix = hf.split(".", 3)
+                expected.add(f"blk.{layer}.{to_gguf[suffix]}")
+                seen.add(suffix)
+        names = {t.name for t in gguf.GGUFReader(path).tensors}
+        assert names == expected, sorted(names ^ expected)
+    assert seen == set(to_gguf), sorted(set(to_gguf) - seen)
+    assert np.array_equal(logits(out, "f32", tmp_path, "gguf"), logits(d, "f32", tmp_path, "directory"))
 
 
 # --- refusals ---------------------------------------------------------------------------------------------
