@@ -124,24 +124,24 @@ void BM_QuantizedMatvec(benchmark::State& state, amc::GgmlType type) {
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(blocks.size()));
 }
 
-/// The 8-bit matvecs' activations: `cols` values of both signs, so every block's quants vary.
-std::vector<float> q8_matvec_input(std::int64_t cols) {
+/// The int8 matvecs' activations: `cols` values of both signs, so every block's quants vary.
+std::vector<float> int8_matvec_input(std::int64_t cols) {
   std::vector<float> x(static_cast<std::size_t>(cols));
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
   return x;
 }
 
-/// The same with the activations quantized to 8 bits once per product (--activations q8).
-void BM_Q8Matvec(benchmark::State& state, amc::GgmlType type) {
+/// The same with the activations quantized to int8 once per product (--activations int8).
+void BM_Int8Matvec(benchmark::State& state, amc::GgmlType type) {
   const amc::GgmlTypeLayout layout = *amc::ggml_type_layout(static_cast<std::uint32_t>(type));
   const std::int64_t cols = matvec_cols(type);
   const auto per_row = static_cast<std::size_t>(cols / layout.block_elements);
   const std::vector<std::byte> blocks = random_blocks(type, kRows * cols);
   const std::size_t row_bytes = blocks.size() / static_cast<std::size_t>(kRows);
-  const std::vector<float> x = q8_matvec_input(cols);
+  const std::vector<float> x = int8_matvec_input(cols);
   std::vector<float> y(static_cast<std::size_t>(kRows));
-  const amc::Q8DotKernel dot = amc::q8_dot_kernel(type);
-  amc::Q8Activations xq;
+  const amc::Int8DotKernel dot = amc::int8_dot_kernel(type);
+  amc::Int8Activations xq;
   for (auto _ : state) {
     amc::quantize_activations(x, xq);
     for (std::int64_t r = 0; r < kRows; ++r) {
@@ -155,21 +155,21 @@ void BM_Q8Matvec(benchmark::State& state, amc::GgmlType type) {
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(blocks.size()));
 }
 
-/// BM_Q8Matvec on the rows interleaved 16 to a group (amc::interleave_rows, LoadOptions::
-/// interleave_rows): one amc::q8_interleaved_kernel call per 16 rows. The label names the
+/// BM_Int8Matvec on the rows interleaved 16 to a group (amc::interleave_rows, LoadOptions::
+/// interleave_rows): one amc::int8_interleaved_kernel call per 16 rows. The label names the
 /// kernel: "avx512vnni" where the CPU has it, else "plain loops" (slower than row by row there,
 /// which is why the transformer interleaves only with VNNI).
-void BM_Q8InterleavedMatvec(benchmark::State& state, amc::GgmlType type) {
+void BM_Int8InterleavedMatvec(benchmark::State& state, amc::GgmlType type) {
   const std::int64_t cols = matvec_cols(type);
   const auto per_row = static_cast<std::size_t>(cols / 32);
   const std::vector<std::byte> blocks = random_blocks(type, kRows * cols);
   std::vector<std::byte> groups(amc::interleaved_bytes(type, kRows, cols));
   amc::interleave_rows(type, kRows, cols, blocks, groups);
   const std::size_t group_bytes = groups.size() / static_cast<std::size_t>(kRows / 16);
-  const std::vector<float> x = q8_matvec_input(cols);
+  const std::vector<float> x = int8_matvec_input(cols);
   std::vector<float> y(static_cast<std::size_t>(kRows));
-  const amc::Q8InterleavedKernel kernel = amc::q8_interleaved_kernel(type);
-  amc::Q8Activations xq;
+  const amc::Int8InterleavedKernel kernel = amc::int8_interleaved_kernel(type);
+  amc::Int8Activations xq;
   for (auto _ : state) {
     amc::quantize_activations(x, xq);
     for (std::int64_t g = 0; g < kRows / 16; ++g) {
@@ -181,7 +181,7 @@ void BM_Q8InterleavedMatvec(benchmark::State& state, amc::GgmlType type) {
   }
   state.SetItemsProcessed(state.iterations() * kRows * cols);
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(groups.size()));
-  state.SetLabel(amc::q8_interleaved_accelerated() ? "avx512vnni" : "plain loops");
+  state.SetLabel(amc::int8_interleaved_accelerated() ? "avx512vnni" : "plain loops");
 }
 
 void BM_Bf16Matvec(benchmark::State& state) {
@@ -200,31 +200,35 @@ void BM_Bf16Matvec(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kRows * kCols * 2);
 }
 
+/// Every type with the kernel each benchmark measures, as amc's table of types says.
 void register_benchmarks() {
   using amc::GgmlType;
-  for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
-                              GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+  const auto blocks = [](GgmlType type) {
+    return amc::ggml_type_layout(static_cast<std::uint32_t>(type))->block_elements > 1;
+  };
+  for (const GgmlType type : amc::ggml_types()) {
+    if (!amc::can_dequantize(type)) continue;
     const std::string name(amc::to_string(type));
     benchmark::RegisterBenchmark(("Dequantize/f32/" + name).c_str(), BM_Dequantize<float>, type);
     benchmark::RegisterBenchmark(("Dequantize/bf16/" + name).c_str(), BM_Dequantize<amc::bf16>,
                                  type);
   }
   benchmark::RegisterBenchmark("Matvec/bf16-widened", BM_Bf16Matvec);
-  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
-                              GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+  for (const GgmlType type : amc::ggml_types()) {
+    if (!amc::can_dequantize(type) || !blocks(type)) continue;
     benchmark::RegisterBenchmark(("Matvec/stored/" + std::string(amc::to_string(type))).c_str(),
                                  BM_QuantizedMatvec, type);
   }
-  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
-                              GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
-    benchmark::RegisterBenchmark(("Matvec/stored-q8/" + std::string(amc::to_string(type))).c_str(),
-                                 BM_Q8Matvec, type);
-  }
-  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1}) {
+  for (const GgmlType type : amc::ggml_types()) {
+    if (!amc::has_int8_dot_kernel(type)) continue;
     benchmark::RegisterBenchmark(
-        ("Matvec/interleaved-q8/" + std::string(amc::to_string(type))).c_str(),
-        BM_Q8InterleavedMatvec, type);
+        ("Matvec/stored-int8/" + std::string(amc::to_string(type))).c_str(), BM_Int8Matvec, type);
+  }
+  for (const GgmlType type : amc::ggml_types()) {
+    if (!amc::can_interleave(type)) continue;
+    benchmark::RegisterBenchmark(
+        ("Matvec/interleaved-int8/" + std::string(amc::to_string(type))).c_str(),
+        BM_Int8InterleavedMatvec, type);
   }
 }
 

@@ -20,6 +20,7 @@
 
 #include "amc/error.hpp"
 #include "amc/io/atomic_file.hpp"
+#include "ggml_types.hpp"
 
 namespace amc {
 namespace {
@@ -34,29 +35,6 @@ constexpr int max_array_depth = 8;
 constexpr std::uint64_t max_dimension = std::uint64_t{1} << 62;
 constexpr std::uint32_t max_dims = 4;  // GGML_MAX_DIMS
 constexpr std::uint32_t default_alignment = 32;
-
-struct TypeEntry {
-  std::uint32_t number;
-  GgmlTypeLayout layout;
-};
-
-// Block sizes as ggml's type_traits (ggml.c) and the block structs of ggml-common.h define them;
-// the IQ and TQ sizes checked against the static_asserts of ggml-common.h (and gguf-py's
-// GGML_QUANT_SIZES). Numbers 4, 5 (Q4_2, Q4_3) and 31-33 (Q4_0_4_4 ...) were removed from ggml
-// and stay unknown.
-constexpr std::array<TypeEntry, 31> type_table{{
-    {0, {"F32", 1, 4}},         {1, {"F16", 1, 2}},         {2, {"Q4_0", 32, 18}},
-    {3, {"Q4_1", 32, 20}},      {6, {"Q5_0", 32, 22}},      {7, {"Q5_1", 32, 24}},
-    {8, {"Q8_0", 32, 34}},      {9, {"Q8_1", 32, 36}},      {10, {"Q2_K", 256, 84}},
-    {11, {"Q3_K", 256, 110}},   {12, {"Q4_K", 256, 144}},   {13, {"Q5_K", 256, 176}},
-    {14, {"Q6_K", 256, 210}},   {15, {"Q8_K", 256, 292}},   {16, {"IQ2_XXS", 256, 66}},
-    {17, {"IQ2_XS", 256, 74}},  {18, {"IQ3_XXS", 256, 98}}, {19, {"IQ1_S", 256, 50}},
-    {20, {"IQ4_NL", 32, 18}},   {21, {"IQ3_S", 256, 110}},  {22, {"IQ2_S", 256, 82}},
-    {23, {"IQ4_XS", 256, 136}}, {24, {"I8", 1, 1}},         {25, {"I16", 1, 2}},
-    {26, {"I32", 1, 4}},        {27, {"I64", 1, 8}},        {28, {"F64", 1, 8}},
-    {29, {"IQ1_M", 256, 56}},   {30, {"BF16", 1, 2}},       {34, {"TQ1_0", 256, 54}},
-    {35, {"TQ2_0", 256, 66}},
-}};
 
 /// Bytes the smallest value of `type` takes in the file (its element in an array).
 std::uint64_t min_value_size(GgufValueType type) {
@@ -449,10 +427,18 @@ std::string_view to_string(GgufValueType type) noexcept {
 }
 
 std::optional<GgmlTypeLayout> ggml_type_layout(std::uint32_t type) noexcept {
-  for (const TypeEntry& entry : type_table) {
-    if (entry.number == type) return entry.layout;
-  }
-  return std::nullopt;
+  const GgmlTypeRow* row = find_ggml_type(type);
+  if (row == nullptr) return std::nullopt;
+  return row->layout();
+}
+
+std::span<const GgmlType> ggml_types() noexcept {
+  static constexpr auto kTypes = [] {
+    std::array<GgmlType, std::size(kGgmlTypes)> types{};
+    for (std::size_t i = 0; i < types.size(); ++i) types[i] = kGgmlTypes[i].type;
+    return types;
+  }();
+  return kTypes;
 }
 
 std::string_view to_string(GgmlType type) noexcept {

@@ -217,6 +217,11 @@ TEST_CASE("gguf: layouts of the ggml types", "[gguf]") {
     CHECK(layout->block_elements == sizes.first);
     CHECK(layout->block_bytes == sizes.second);
   }
+  // ggml_types() lists exactly these, in ggml's order.
+  std::vector<GgmlType> listed;
+  for (const auto& [type, sizes] : expected) listed.push_back(type);
+  std::sort(listed.begin(), listed.end());
+  CHECK(std::vector<GgmlType>(amc::ggml_types().begin(), amc::ggml_types().end()) == listed);
   for (const std::uint32_t gone : {4u, 5u, 31u, 32u, 33u, 36u, 1000u}) {
     CHECK_FALSE(amc::ggml_type_layout(gone).has_value());
     CHECK(amc::to_string(static_cast<GgmlType>(gone)) == "unknown");

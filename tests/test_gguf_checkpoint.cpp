@@ -26,6 +26,7 @@
 #include "transformer/config.hpp"
 #include "transformer/linear.hpp"
 #include "transformer/model.hpp"
+#include "transformer/session_flags.hpp"
 #include "transformer/synth.hpp"
 #include "transformer_test_support.hpp"
 
@@ -484,12 +485,12 @@ TEST_CASE("a GGUF file whose tensors disagree with its config is refused by tens
                       AMC_CONTAINS("tensor 'blk.0.ffn_norm.weight' has type I32"));
 }
 
-TEST_CASE("8-bit activations: rows of every type with a Q8 kernel go through it, others not",
+TEST_CASE("int8 activations: rows of every type with an int8 kernel go through it, others not",
           "[gguf]") {
-  // --activations q8 on stored blocks (matvec_q8): a stack of Q4_K, BF16, Q5_0, Q6_K, Q5_K,
+  // --activations int8 on stored blocks (matvec_int8): a stack of Q4_K, BF16, Q5_0, Q6_K, Q5_K,
   // Q8_0, Q5_1 and Q4_1 matrices of 512 columns (two super-blocks a row). The block rows (every
-  // block type amc keeps has an 8-bit kernel) must give exactly amc::q8_dot_kernel's value on
-  // the quantized activations (plus the bias), the plain BF16 one's (no 8-bit kernel) exactly
+  // block type amc keeps has an int8 kernel) must give exactly amc::int8_dot_kernel's value on
+  // the quantized activations (plus the bias), the plain BF16 one's (no int8 kernel) exactly
   // matvec's on the f32 ones; rows outside [begin, end) are not written. No synthetic GGUF
   // checkpoint has k-quant or Q5 matrices (checkpoint-to-gguf writes Q8_0 and Q4_0, the test's
   // hidden sizes are not multiples of 256), so this checks the dispatch directly; the kernels'
@@ -542,20 +543,20 @@ TEST_CASE("8-bit activations: rows of every type with a Q8 kernel go through it,
   std::vector<const Matrix*> parts;
   for (const Matrix& m : matrices) parts.push_back(&m);
   const Stack stack{parts};
-  CHECK(has_q8_kernel(stack));
-  CHECK_FALSE(has_q8_kernel(Stack{std::span(parts).subspan(1, 1)}));  // BF16 alone
+  CHECK(has_int8_kernel(stack));
+  CHECK_FALSE(has_int8_kernel(Stack{std::span(parts).subspan(1, 1)}));  // BF16 alone
   for (std::size_t k = 0; k < parts.size(); ++k) {
-    CHECK(has_q8_kernel(Stack{std::span(parts).subspan(k, 1)}) == parts[k]->blocks.has_value());
+    CHECK(has_int8_kernel(Stack{std::span(parts).subspan(k, 1)}) == parts[k]->blocks.has_value());
   }
 
   std::vector<float> x(cols), bias(static_cast<std::size_t>(stack.rows()));
   for (float& v : x) v = uniform(rng);
   for (float& v : bias) v = uniform(rng);
-  amc::Q8Activations xq;
+  amc::Int8Activations xq;
   amc::quantize_activations(x, xq);
   const std::int64_t begin = 1, end = stack.rows() - 1;
   std::vector<float> y(bias.size(), -999.0f);
-  matvec_q8(stack, x.data(), xq, bias.data(), begin, end, y.data());
+  matvec_int8(stack, x.data(), xq, bias.data(), begin, end, y.data());
   CHECK(y.front() == -999.0f);
   CHECK(y.back() == -999.0f);
   std::int64_t r = 0;
@@ -567,7 +568,7 @@ TEST_CASE("8-bit activations: rows of every type with a Q8 kernel go through it,
         const amc::GgmlTypeLayout layout =
             *amc::ggml_type_layout(static_cast<std::uint32_t>(*m.blocks));
         const auto blocks = static_cast<std::size_t>(cols / layout.block_elements);
-        dot = amc::q8_dot_kernel(*m.blocks)(xq, static_cast<const std::byte*>(m.row(i)), blocks);
+        dot = amc::int8_dot_kernel(*m.blocks)(xq, static_cast<const std::byte*>(m.row(i)), blocks);
       } else {
         std::vector<float> one(static_cast<std::size_t>(m.rows));
         matvec(m, x.data(), nullptr, i, i + 1, one.data());
@@ -577,4 +578,23 @@ TEST_CASE("8-bit activations: rows of every type with a Q8 kernel go through it,
       CHECK(y[static_cast<std::size_t>(r)] == dot + bias[static_cast<std::size_t>(r)]);
     }
   }
+}
+
+TEST_CASE("--activations int8, and q8, its old name", "[gguf]") {
+  CHECK(parse_activations("int8", "--activations") == Activations::int8);
+  CHECK(parse_activations("q8", "--activations") == Activations::int8);
+  CHECK(parse_activations("f32", "--activations") == Activations::f32);
+  CHECK(std::string(to_string(Activations::int8)) == "int8");
+  REQUIRE_THROWS_WITH(parse_activations("int4", "--activations"),
+                      AMC_CONTAINS("--activations: expected f32 or int8, got 'int4'"));
+  SessionFlags flags;
+  flags.weight_dtype = "stored";
+  for (const char* activations : {"int8", "q8"}) {
+    INFO(activations);
+    flags.activations = activations;
+    CHECK_NOTHROW(flags.validate("test"));
+    CHECK(flags.load_options().interleave_rows);
+  }
+  flags.activations = "f32";
+  CHECK_FALSE(flags.load_options().interleave_rows);
 }

@@ -21,6 +21,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -32,8 +33,10 @@
 #include "amc/kernels/kernel_table.hpp"
 #include "amc/storage.hpp"
 #include "catch.hpp"
-#include "gguf_quants_registry.hpp"  // src/: every table's kernels, called one by one
+#include "ggml_type_lists.hpp"
+#include "ggml_types.hpp"  // src/: the tables' index of a type
 #include "test_helpers.hpp"
+#include "weight_kernels.hpp"  // src/: every table's kernels, called one by one
 
 namespace {
 
@@ -148,12 +151,13 @@ Layout layout_of(GgmlType type) {
     case GgmlType::Q6_K:
       return {256, 210, {208}};
     default:
+      FAIL("no layout for " << amc::to_string(type));
       return {1, 1, {}};
   }
 }
 
-const GgmlType block_types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
-                                GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+/// The block types dequantize() takes (every one of src/ggml_types.hpp's table).
+const std::vector<GgmlType> block_types = amc::test::block_types();
 
 /// f16 scales at the edges: zeros, the smallest and largest subnormals, the smallest normal,
 /// the largest finite, one, infinities, a quiet and a signalling NaN.
@@ -222,14 +226,25 @@ std::vector<std::uint8_t> random_bytes(std::size_t n) {
 
 TEST_CASE("dequantize: which types", "[gguf_quants]") {
   INFO("kernel table: " << amc::kernels::active().name);
-  for (const GgmlType type : block_types) CHECK(amc::can_dequantize(type));
-  CHECK(amc::can_dequantize(GgmlType::F32));
-  CHECK(amc::can_dequantize(GgmlType::F16));
-  CHECK(amc::can_dequantize(GgmlType::BF16));
+  // The lists the cases iterate come from the library's table of types; these are the types it
+  // must hold, each with its kernels.
+  using T = GgmlType;
+  CHECK(amc::test::block_types() ==
+        std::vector<T>{T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q8_0, T::Q4_K, T::Q5_K, T::Q6_K});
+  CHECK(amc::test::dequantizable_types() == std::vector<T>{T::F32, T::F16, T::Q4_0, T::Q4_1,
+                                                           T::Q5_0, T::Q5_1, T::Q8_0, T::Q4_K,
+                                                           T::Q5_K, T::Q6_K, T::BF16});
+  CHECK(amc::test::int8_dot_types_32() ==
+        std::vector<T>{T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q8_0});
+  CHECK(amc::test::int8_dot_types_256() == std::vector<T>{T::Q4_K, T::Q5_K, T::Q6_K});
+  CHECK(amc::test::interleavable_types() == std::vector<T>{T::Q4_0, T::Q4_1, T::Q8_0});
   for (const GgmlType type : {GgmlType::Q8_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q8_K,
                               GgmlType::IQ4_NL, GgmlType::I8, GgmlType::F64, GgmlType::TQ2_0}) {
     CHECK_FALSE(amc::can_dequantize(type));
+    CHECK_FALSE(amc::has_int8_dot_kernel(type));
   }
+  CHECK(amc::dequantizable_type_names() ==
+        "F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, BF16");
 }
 
 TEST_CASE("dequantize: random blocks of every block type match the reference", "[gguf_quants]") {
@@ -441,7 +456,7 @@ double plain_reference(GgmlType type, const std::vector<std::uint8_t>& b, std::s
 void check_dot(GgmlType type, std::size_t blocks, std::size_t offset,
                const std::vector<std::uint8_t>& buffer, int elements, int bytes,
                const std::function<double(std::size_t at, int e)>& value,
-               amc::dequant::DotKernel kernel = nullptr) {
+               amc::QuantizedDotKernel kernel = nullptr) {
   const std::size_t n = blocks * static_cast<std::size_t>(elements);
   std::vector<float> x(n);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -535,12 +550,12 @@ TEST_CASE("quantized_dot: size and type errors", "[gguf_quants]") {
                       AMC_CONTAINS("amc::quantized_dot_kernel: type Q2_K is not implemented"));
 }
 
-TEST_CASE("quantize_activations: ggml's Q8 blocks, by hand", "[gguf_quants]") {
+TEST_CASE("quantize_activations: ggml's Q8_1 blocks, by hand", "[gguf_quants]") {
   std::vector<float> x(96);
   std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
   for (float& v : x) v = uniform(rng());
   for (int j = 32; j < 64; ++j) x[static_cast<std::size_t>(j)] = 0.0f;  // an all-zero block
-  amc::Q8Activations q;
+  amc::Int8Activations q;
   amc::quantize_activations(x, q);
   REQUIRE(q.blocks() == 3);
   for (std::size_t b = 0; b < 3; ++b) {
@@ -570,7 +585,7 @@ TEST_CASE("quantize_activations: ggml's Q8 blocks, by hand", "[gguf_quants]") {
     CHECK(std::isfinite(q.scale[0]));
     const std::vector<std::uint8_t> w = finite_blocks(GgmlType::Q8_0, 0, 3);
     CHECK(std::isnan(
-        amc::q8_dot_kernel(GgmlType::Q8_0)(q, reinterpret_cast<const std::byte*>(w.data()), 3)));
+        amc::int8_dot_kernel(GgmlType::Q8_0)(q, reinterpret_cast<const std::byte*>(w.data()), 3)));
   }
   REQUIRE_THROWS_WITH(amc::quantize_activations(std::span(x).first(40), q),
                       AMC_CONTAINS("amc::quantize_activations: x holds 40 values"));
@@ -578,10 +593,10 @@ TEST_CASE("quantize_activations: ggml's Q8 blocks, by hand", "[gguf_quants]") {
 
 namespace {
 
-/// The part of every weight of the block of 32 at `at` that the Q8 kernels scale apart from
+/// The part of every weight of the block of 32 at `at` that the int8 kernels scale apart from
 /// the quants' sum (they cancel in the weight): Q4_0's -8 d and Q5_0's -16 d (the x86 kernels
 /// sum them apart), Q4_1's and Q5_1's m; 0 for Q8_0.
-double q8_offset(GgmlType type, const std::vector<std::uint8_t>& b, std::size_t at) {
+double int8_offset(GgmlType type, const std::vector<std::uint8_t>& b, std::size_t at) {
   switch (type) {
     case GgmlType::Q4_0:
       return -8.0 * f16_value(u16_at(b, at));
@@ -595,26 +610,26 @@ double q8_offset(GgmlType type, const std::vector<std::uint8_t>& b, std::size_t 
   }
 }
 
-/// A Q8 kernel over `blocks` random blocks of `type` (changed by `edit` if given) and random
+/// A int8 kernel over `blocks` random blocks of `type` (changed by `edit` if given) and random
 /// activations, quantized, against the products of the weights decoded by hand (reference) and
 /// the quantized activations in double: what every kernel computes exactly in integers and then
-/// scales in f32. The magnitude M sums |w - o| |x| + |o| |x| with o the offset q8_offset (the
+/// scales in f32. The magnitude M sums |w - o| |x| + |o| |x| with o the offset int8_offset (the
 /// kernels may sum the two apart); a few f32 roundings per block's term (the scales, the offset)
 /// and the sum over blocks: |got - exact| <= (blocks + 16) u M, u = 2^-24.
-void check_q8_dot(GgmlType type, std::size_t blocks, amc::Q8DotKernel kernel,
-                  const std::function<void(std::vector<std::uint8_t>&)>& edit = {}) {
+void check_int8_dot(GgmlType type, std::size_t blocks, amc::Int8DotKernel kernel,
+                    const std::function<void(std::vector<std::uint8_t>&)>& edit = {}) {
   const Layout layout = layout_of(type);
   std::vector<std::uint8_t> buffer = finite_blocks(type, 0, blocks);
   if (edit) edit(buffer);
   std::vector<float> x(blocks * 32);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (float& v : x) v = uniform(rng());
-  amc::Q8Activations q;
+  amc::Int8Activations q;
   amc::quantize_activations(x, q);
   double exact = 0.0, magnitude = 0.0;
   for (std::size_t b = 0; b < blocks; ++b) {
     const std::size_t at = b * static_cast<std::size_t>(layout.bytes);
-    const double offset = q8_offset(type, buffer, at);
+    const double offset = int8_offset(type, buffer, at);
     for (int e = 0; e < 32; ++e) {
       const double w = reference(type, buffer, at, e);
       const double xv = static_cast<double>(q.q[32 * b + static_cast<std::size_t>(e)]) * q.scale[b];
@@ -632,79 +647,68 @@ void check_q8_dot(GgmlType type, std::size_t blocks, amc::Q8DotKernel kernel,
 }  // namespace
 
 TEST_CASE(
-    "q8_dot: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 against the quantized activations' products in double",
+    "int8_dot: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 against the quantized activations' products in double",
     "[gguf_quants]") {
   INFO("kernel table: " << amc::kernels::active().name);
-  for (const GgmlType type :
-       {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1}) {
+  for (const GgmlType type : amc::test::int8_dot_types_32()) {
     for (const std::size_t blocks : {std::size_t{1}, std::size_t{9}, std::size_t{48}}) {
-      check_q8_dot(type, blocks, amc::q8_dot_kernel(type));
+      check_int8_dot(type, blocks, amc::int8_dot_kernel(type));
     }
   }
-  REQUIRE_THROWS_WITH(amc::q8_dot_kernel(GgmlType::F16),
-                      AMC_CONTAINS("amc::q8_dot_kernel: type F16 has no 8-bit activation kernel"));
-  REQUIRE_THROWS_WITH(amc::q8_dot_kernel(GgmlType::Q2_K),
-                      AMC_CONTAINS("amc::q8_dot_kernel: type Q2_K has no 8-bit activation kernel"));
+  REQUIRE_THROWS_WITH(amc::int8_dot_kernel(GgmlType::F16),
+                      AMC_CONTAINS("amc::int8_dot_kernel: type F16 has no int8 activation kernel"));
+  REQUIRE_THROWS_WITH(
+      amc::int8_dot_kernel(GgmlType::Q2_K),
+      AMC_CONTAINS("amc::int8_dot_kernel: type Q2_K has no int8 activation kernel"));
 }
 
 // --- Every table's kernels, one by one ---------------------------------------------------------
 // The cases above go through the public functions, so they test the table that AMC_KERNELS
 // selects (ctest runs them once per table). The cases below call every table this CPU runs
-// directly, and each table's Q8 kernels both without and with its dot-product extension (AVX-512
+// directly, and each table's int8 kernels both without and with its dot-product extension (AVX-512
 // VNNI, the Armv8.2 dot product), so that a broken baseline kernel cannot hide behind the
 // extension the CPU prefers.
 
 namespace {
 
-using amc::dequant::DequantTable;
-using amc::dequant::Kind;
+using WeightKernelTable = amc::weight_kernels::Table;
 
-/// The table index of each type (the library's own map is private to it).
-const std::pair<GgmlType, Kind> table_kinds[] = {
-    {GgmlType::F32, Kind::F32},   {GgmlType::F16, Kind::F16},   {GgmlType::BF16, Kind::BF16},
-    {GgmlType::Q4_0, Kind::Q4_0}, {GgmlType::Q4_1, Kind::Q4_1}, {GgmlType::Q5_0, Kind::Q5_0},
-    {GgmlType::Q5_1, Kind::Q5_1}, {GgmlType::Q8_0, Kind::Q8_0}, {GgmlType::Q4_K, Kind::Q4_K},
-    {GgmlType::Q5_K, Kind::Q5_K}, {GgmlType::Q6_K, Kind::Q6_K}};
-
-std::size_t kind_index(GgmlType type) {
-  for (const auto& [t, kind] : table_kinds) {
-    if (t == type) return static_cast<std::size_t>(kind);
-  }
-  FAIL("no table entry for " << amc::to_string(type));
-  return 0;
+/// The entry of `type` in every table: its row of the library's table of types.
+std::size_t table_index(GgmlType type) {
+  const amc::GgmlTypeRow* row = amc::find_ggml_type(type);
+  if (row == nullptr) FAIL("no table entry for " << amc::to_string(type));
+  return amc::row_index(*row);
 }
 
-/// The Q8 kernels of the blocks of 32.
-const GgmlType q8_types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
-                             GgmlType::Q5_1};
-/// The k-quants' Q8 kernels (super-blocks of 256 against 8 activation blocks of 32 each).
-const GgmlType k_q8_types[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
-/// Every type with a Q8 kernel.
-const GgmlType all_q8_types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
-                                 GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+/// The int8 kernels of the blocks of 32.
+const std::vector<GgmlType> int8_types_32 = amc::test::int8_dot_types_32();
+/// The k-quants' int8 kernels (super-blocks of 256 against 8 activation blocks of 32 each).
+const std::vector<GgmlType> int8_types_256 = amc::test::int8_dot_types_256();
+/// Every type with an int8 kernel.
+const std::vector<GgmlType> int8_types = amc::test::int8_dot_types();
 
-const DequantTable* table_named(std::string_view name) {
-  for (const DequantTable* table : amc::dequant::available_tables()) {
+const WeightKernelTable* table_named(std::string_view name) {
+  for (const WeightKernelTable* table : amc::weight_kernels::available_tables()) {
     if (table->name == name) return table;
   }
   return nullptr;
 }
 
-/// One set of Q8 kernels to test: a table's baseline ones ("neon") or its extension's
+/// One set of int8 kernels to test: a table's baseline ones ("neon") or its extension's
 /// ("neon+dotprod"), the latter only where the CPU has the extension.
-struct Q8Variant {
+struct Int8Variant {
   std::string name;
-  const amc::dequant::Q8Kernel* kernels;
-  amc::dequant::Q8Kernel of(GgmlType type) const { return kernels[kind_index(type)]; }
+  const amc::Int8DotKernel* kernels;
+  amc::Int8DotKernel of(GgmlType type) const { return kernels[table_index(type)]; }
 };
 
-std::vector<Q8Variant> q8_variants() {
-  std::vector<Q8Variant> variants;
-  for (const DequantTable* table : amc::dequant::available_tables()) {
-    variants.push_back({std::string(table->name), table->q8_dot});
-    if (amc::dequant::cpu_has_extension(*table)) {
+std::vector<Int8Variant> int8_variants() {
+  std::vector<Int8Variant> variants;
+  for (const WeightKernelTable* table : amc::weight_kernels::available_tables()) {
+    variants.push_back({std::string(table->name), table->int8_dot});
+    if (amc::weight_kernels::cpu_has_extension(*table)) {
       variants.push_back({std::string(table->name) + "+" + std::string(table->extension),
-                          table->q8_dot_extension});
+                          table->int8_dot_extension});
     }
   }
   return variants;
@@ -712,9 +716,9 @@ std::vector<Q8Variant> q8_variants() {
 
 }  // namespace
 
-TEST_CASE("dequant tables: one per instruction set of the operators, each complete",
+TEST_CASE("weight kernel tables: one per instruction set of the operators, each complete",
           "[gguf_quants]") {
-  const std::vector<const DequantTable*> tables = amc::dequant::available_tables();
+  const std::vector<const WeightKernelTable*> tables = amc::weight_kernels::available_tables();
   REQUIRE(!tables.empty());
   CHECK(tables.front()->name == "scalar");
   for (const amc::kernels::KernelTable* kernels : amc::kernels::available()) {
@@ -722,63 +726,69 @@ TEST_CASE("dequant tables: one per instruction set of the operators, each comple
     INFO("operators' table " << kernels->name);
     CHECK(table_named(kernels->name) != nullptr);
   }
-  for (const DequantTable* table : tables) {
+  for (const WeightKernelTable* table : tables) {
     INFO(table->name);
     CHECK(table->quantize != nullptr);
-    for (std::size_t k = 0; k < amc::dequant::kKinds; ++k) {
-      CHECK(table->to_f32[k] != nullptr);
-      CHECK(table->to_bf16[k] != nullptr);
-      CHECK(table->dot[k] != nullptr);
-    }
-    for (const GgmlType type : all_q8_types) {
+    for (const GgmlType type : amc::ggml_types()) {
       INFO(amc::to_string(type));
-      CHECK(table->q8_dot[kind_index(type)] != nullptr);
-      CHECK((table->q8_dot_extension[kind_index(type)] != nullptr) == !table->extension.empty());
+      const std::size_t k = table_index(type);
+      const bool dequantizes = amc::can_dequantize(type);
+      CHECK((table->to_f32[k] != nullptr) == dequantizes);
+      CHECK((table->to_bf16[k] != nullptr) == dequantizes);
+      CHECK((table->f32_dot[k] != nullptr) == dequantizes);
+      CHECK((table->int8_dot[k] != nullptr) == amc::has_int8_dot_kernel(type));
+      CHECK((table->interleaved[k] != nullptr) == amc::can_interleave(type));
+    }
+    for (const GgmlType type : int8_types) {
+      INFO(amc::to_string(type));
+      CHECK(table->int8_dot[table_index(type)] != nullptr);
+      CHECK((table->int8_dot_extension[table_index(type)] != nullptr) == !table->extension.empty());
     }
     for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
-      CHECK(table->q8_dot[kind_index(type)] == nullptr);
-      CHECK(table->q8_dot_extension[kind_index(type)] == nullptr);
+      CHECK(table->int8_dot[table_index(type)] == nullptr);
+      CHECK(table->int8_dot_extension[table_index(type)] == nullptr);
     }
   }
 #if defined(__aarch64__)
-  if (const DequantTable* neon = table_named("neon")) {
+  if (const WeightKernelTable* neon = table_named("neon")) {
 #if defined(__GNUC__) && !defined(__clang__)
     CHECK(neon->extension == "dotprod");  // clang before 16 may build none
 #endif
 #if defined(__linux__)
     // Independently of the library's check: Linux's hardware capability bits.
     const bool dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
-    CHECK(amc::dequant::cpu_has_extension(*neon) == (dotprod && neon->extension == "dotprod"));
+    CHECK(amc::weight_kernels::cpu_has_extension(*neon) ==
+          (dotprod && neon->extension == "dotprod"));
 #endif
   }
 #endif
 #if defined(__GNUC__) && defined(__x86_64__)
-  if (const DequantTable* avx512 = table_named("avx512")) {
+  if (const WeightKernelTable* avx512 = table_named("avx512")) {
     CHECK(avx512->extension == "avx512vnni");
-    CHECK(amc::dequant::cpu_has_extension(*avx512) ==
+    CHECK(amc::weight_kernels::cpu_has_extension(*avx512) ==
           (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")));
   }
 #endif
 }
 
-TEST_CASE("q8_dot_kernel: the active table's kernel, with its extension where the CPU has it",
+TEST_CASE("int8_dot_kernel: the active table's kernel, with its extension where the CPU has it",
           "[gguf_quants]") {
   const std::string_view name = amc::kernels::active().name;
-  const DequantTable* active = table_named(name == "sse2" ? "scalar" : name);
+  const WeightKernelTable* active = table_named(name == "sse2" ? "scalar" : name);
   REQUIRE(active != nullptr);
-  const bool extension = amc::dequant::cpu_has_extension(*active);
+  const bool extension = amc::weight_kernels::cpu_has_extension(*active);
   INFO("table " << active->name << (extension ? " with " : " without ") << "its extension");
-  for (const GgmlType type : all_q8_types) {
+  for (const GgmlType type : int8_types) {
     INFO(amc::to_string(type));
-    const std::size_t k = kind_index(type);
-    CHECK(amc::q8_dot_kernel(type) ==
-          (extension ? active->q8_dot_extension[k] : active->q8_dot[k]));
+    const std::size_t k = table_index(type);
+    CHECK(amc::int8_dot_kernel(type) ==
+          (extension ? active->int8_dot_extension[k] : active->int8_dot[k]));
   }
 }
 
 TEST_CASE("quantized_dot: every table's kernels against the products in double, within the bound",
           "[gguf_quants]") {
-  for (const DequantTable* table : amc::dequant::available_tables()) {
+  for (const WeightKernelTable* table : amc::weight_kernels::available_tables()) {
     INFO("table " << table->name);
     for (const GgmlType type : block_types) {
       const Layout layout = layout_of(type);
@@ -789,21 +799,21 @@ TEST_CASE("quantized_dot: every table's kernels against the products in double, 
           check_dot(
               type, blocks, offset, buffer, layout.elements, layout.bytes,
               [&](std::size_t at, int e) { return reference(type, buffer, at, e); },
-              table->dot[kind_index(type)]);
+              table->f32_dot[table_index(type)]);
         }
       }
     }
   }
 }
 
-TEST_CASE("q8_dot: every table's kernels, with and without the extension, within the bound",
+TEST_CASE("int8_dot: every table's kernels, with and without the extension, within the bound",
           "[gguf_quants]") {
-  for (const Q8Variant& variant : q8_variants()) {
+  for (const Int8Variant& variant : int8_variants()) {
     INFO("kernels " << variant.name);
-    for (const GgmlType type : q8_types) {
+    for (const GgmlType type : int8_types_32) {
       // 1-9 and 13 cover every count of a last partial group of 4 or 8 blocks.
       for (const std::size_t blocks : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 48}) {
-        check_q8_dot(type, blocks, variant.of(type));
+        check_int8_dot(type, blocks, variant.of(type));
       }
     }
     // Q5_0 and Q5_1 with every fifth bit clear, every one set, and a different pattern per block
@@ -818,7 +828,7 @@ TEST_CASE("q8_dot: every table's kernels, with and without the extension, within
                                       : fill   ? "set"
                                                : "clear"));
         for (const std::size_t blocks : {1, 5, 13}) {
-          check_q8_dot(type, blocks, variant.of(type), [&](std::vector<std::uint8_t>& b) {
+          check_int8_dot(type, blocks, variant.of(type), [&](std::vector<std::uint8_t>& b) {
             const auto size = static_cast<std::size_t>(layout_of(type).bytes);
             for (std::size_t k = 0; k < blocks; ++k) {
               const std::uint32_t qh = fill < 0 ? patterns[k % 5] : fill ? 0xFFFFFFFFu : 0u;
@@ -873,10 +883,10 @@ std::vector<std::uint8_t> make_blocks(GgmlType type, std::size_t blocks,
 
 /// Activations with quants quant(b, e) (-127..127, as quantize_activations makes them) and
 /// scales scale(b); their sums from the quants.
-amc::Q8Activations make_activations(std::size_t blocks,
-                                    const std::function<int(std::size_t, int)>& quant,
-                                    const std::function<float(std::size_t)>& scale) {
-  amc::Q8Activations x;
+amc::Int8Activations make_activations(std::size_t blocks,
+                                      const std::function<int(std::size_t, int)>& quant,
+                                      const std::function<float(std::size_t)>& scale) {
+  amc::Int8Activations x;
   x.q.resize(blocks * 32);
   x.scale.resize(blocks);
   x.sum.assign(blocks, 0);
@@ -891,12 +901,12 @@ amc::Q8Activations make_activations(std::size_t blocks,
   return x;
 }
 
-/// Every Q8 kernel on blocks whose scales are powers of two, small enough that every product and
+/// Every int8 kernel on blocks whose scales are powers of two, small enough that every product and
 /// partial sum is exact in f32 whatever the order (checked: the products' absolute sum below
 /// 2^24 units of `granularity`, the smallest step of any term): so each kernel's result is the
 /// exact value, which requires its integer sums to be exact, and equals the generic kernel's.
 void check_exact(GgmlType type, const std::vector<std::uint8_t>& weights,
-                 const amc::Q8Activations& x, double granularity) {
+                 const amc::Int8Activations& x, double granularity) {
   const Layout layout = layout_of(type);
   const std::size_t blocks = x.blocks();
   double exact = 0.0, magnitude = 0.0;
@@ -906,16 +916,16 @@ void check_exact(GgmlType type, const std::vector<std::uint8_t>& weights,
       const double xv = x.q[32 * b + static_cast<std::size_t>(e)] * static_cast<double>(x.scale[b]);
       exact += reference(type, weights, at, e) * xv;
       // The kernels may sum q d x and the offset's -8 d x, -16 d x or m x apart: both count.
-      const double offset = q8_offset(type, weights, at);
+      const double offset = int8_offset(type, weights, at);
       magnitude +=
           (std::abs(reference(type, weights, at, e) - offset) + std::abs(offset)) * std::abs(xv);
     }
   }
   REQUIRE(magnitude < 0x1p24 * granularity);
   const auto* in = reinterpret_cast<const std::byte*>(weights.data());
-  const float generic = table_named("scalar")->q8_dot[kind_index(type)](x, in, blocks);
+  const float generic = table_named("scalar")->int8_dot[table_index(type)](x, in, blocks);
   CHECK(static_cast<double>(generic) == exact);
-  for (const Q8Variant& variant : q8_variants()) {
+  for (const Int8Variant& variant : int8_variants()) {
     const float got = variant.of(type)(x, in, blocks);
     INFO("kernels " << variant.name << ": " << amc::to_string(type) << ", " << blocks
                     << " blocks: got " << got << ", exact " << exact << ", generic kernel "
@@ -934,7 +944,7 @@ int top_quant(GgmlType type) {
 
 }  // namespace
 
-TEST_CASE("q8_dot: every kernel's integer sums are exact, equal to the generic kernel's",
+TEST_CASE("int8_dot: every kernel's integer sums are exact, equal to the generic kernel's",
           "[gguf_quants]") {
   const auto one = [](std::size_t) { return kF16One; };
   const auto zero16 = [](std::size_t) { return std::uint16_t{0}; };
@@ -948,7 +958,7 @@ TEST_CASE("q8_dot: every kernel's integer sums are exact, equal to the generic k
       int x;
       bool alternate;  // the weight's sign (Q8_0) or quant (Q4, Q5: q, top - q) alternates
     };
-    for (const GgmlType type : q8_types) {
+    for (const GgmlType type : int8_types_32) {
       const bool q8 = type == GgmlType::Q8_0;
       const int top = top_quant(type);
       std::vector<Pattern> patterns = {{q8 ? -128 : 0, 127, false},
@@ -976,7 +986,7 @@ TEST_CASE("q8_dot: every kernel's integer sums are exact, equal to the generic k
   }
   SECTION("random quants, scales 1, offsets 0 and +-1") {
     std::uniform_int_distribution<int> x_quant(-127, 127), offset(0, 2);
-    for (const GgmlType type : q8_types) {
+    for (const GgmlType type : int8_types_32) {
       std::uniform_int_distribution<int> w_quant(type == GgmlType::Q8_0 ? -128 : 0,
                                                  top_quant(type));
       for (const std::size_t blocks : {1, 2, 3, 4, 5, 7, 8, 9, 16, 48}) {
@@ -997,7 +1007,7 @@ TEST_CASE("q8_dot: every kernel's integer sums are exact, equal to the generic k
     std::uniform_int_distribution<int> x_quant(-32, 31), pick(0, 2), sign(0, 1);
     const std::uint16_t d_bits[] = {kF16Half, kF16One, kF16Two};
     const float dx_values[] = {0.5f, 1.0f, 2.0f};
-    for (const GgmlType type : q8_types) {
+    for (const GgmlType type : int8_types_32) {
       std::uniform_int_distribution<int> w_quant(type == GgmlType::Q8_0 ? -32 : 0,
                                                  type == GgmlType::Q8_0 ? 31 : top_quant(type));
       for (const std::size_t blocks : {1, 3, 4, 6, 8, 11, 13}) {
@@ -1022,7 +1032,7 @@ TEST_CASE("q8_dot: every kernel's integer sums are exact, equal to the generic k
   }
 }
 
-// --- The k-quants' Q8 kernels ------------------------------------------------------------------
+// --- The k-quants' int8 kernels ------------------------------------------------------------------
 // Q4_K, Q5_K and Q6_K super-blocks of 256 against 8 activation blocks of 32, on every table and
 // extension this CPU runs, against the products in double of the weights decoded by hand
 // (k_parts, from the layout alone) and the activations' values d_x q_x.
@@ -1088,7 +1098,7 @@ struct KExpected {
 };
 
 KExpected k_expected(GgmlType type, const std::vector<std::uint8_t>& weights,
-                     const amc::Q8Activations& x) {
+                     const amc::Int8Activations& x) {
   const auto bytes = static_cast<std::size_t>(layout_of(type).bytes);
   KExpected out;
   for (std::size_t b = 0; b < x.blocks() / 8; ++b) {
@@ -1103,7 +1113,7 @@ KExpected k_expected(GgmlType type, const std::vector<std::uint8_t>& weights,
   return out;
 }
 
-/// A k-quant Q8 kernel against k_expected, within the f32 roundings. The integer sums are exact
+/// A k-quant int8 kernel against k_expected, within the f32 roundings. The integer sums are exact
 /// (the kernels' bounds: below 2^24), so only f32 rounds: each term (a sub-block's scaled sum;
 /// Q4_K/Q5_K's min term of a sub-block) carries at most three roundings (the scale's product
 /// with d_x, its product with the sum, and the difference of the two terms in the plain loop),
@@ -1112,7 +1122,8 @@ KExpected k_expected(GgmlType type, const std::vector<std::uint8_t>& weights,
 /// order): |got - exact| <= (T + 11) u M to first order, u = 2^-24, each term being at most
 /// its share of M. Tested at (T + 16) u M.
 void check_k_dot(GgmlType type, const std::vector<std::uint8_t>& weights,
-                 const amc::Q8Activations& x, amc::Q8DotKernel kernel, const std::string& what) {
+                 const amc::Int8Activations& x, amc::Int8DotKernel kernel,
+                 const std::string& what) {
   const std::size_t blocks = x.blocks() / 8;
   const KExpected want = k_expected(type, weights, x);
   const float got = kernel(x, reinterpret_cast<const std::byte*>(weights.data()), blocks);
@@ -1123,7 +1134,7 @@ void check_k_dot(GgmlType type, const std::vector<std::uint8_t>& weights,
 }
 
 /// Activations with random quants in [-127, 127] and random scales in [2^-10, 2^2).
-amc::Q8Activations random_k_activations(std::size_t blocks) {
+amc::Int8Activations random_k_activations(std::size_t blocks) {
   std::uniform_int_distribution<int> quant(-127, 127);
   std::uniform_real_distribution<float> scale(0x1p-10f, 4.0f);
   return make_activations(
@@ -1171,13 +1182,13 @@ std::vector<std::uint8_t> extreme_k_blocks(GgmlType type, std::size_t blocks, in
 }  // namespace
 
 TEST_CASE(
-    "q8_dot: Q4_K, Q5_K, Q6_K on every table, with and without the extension, against "
+    "int8_dot: Q4_K, Q5_K, Q6_K on every table, with and without the extension, against "
     "the weights decoded by hand, within the f32 roundings",
     "[gguf_quants]") {
-  for (const Q8Variant& variant : q8_variants()) {
-    for (const GgmlType type : k_q8_types) {
+  for (const Int8Variant& variant : int8_variants()) {
+    for (const GgmlType type : int8_types_256) {
       SECTION(variant.name + " " + std::string(amc::to_string(type))) {
-        const amc::dequant::Q8Kernel kernel = variant.of(type);
+        const amc::Int8DotKernel kernel = variant.of(type);
         REQUIRE(kernel != nullptr);
         // Random blocks and activations, 1-8 super-blocks (each of the x86 kernels' four
         // accumulators and the NEON ones' two filled unevenly).
@@ -1198,7 +1209,7 @@ TEST_CASE(
              {std::pair{top, 127}, std::pair{six ? 0 : top, -128}, std::pair{0, six ? 127 : 63}}) {
           for (const int x_sign : {1, -1, 0}) {
             const std::size_t blocks = 3;
-            const amc::Q8Activations x = make_activations(
+            const amc::Int8Activations x = make_activations(
                 8 * blocks,
                 [&](std::size_t, int) {
                   return x_sign != 0 ? 127 * x_sign : sign(rng()) ? 127 : -127;
@@ -1214,18 +1225,18 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("q8_dot_kernel: Q4_K, Q5_K, Q6_K through the public function", "[gguf_quants]") {
+TEST_CASE("int8_dot_kernel: Q4_K, Q5_K, Q6_K through the public function", "[gguf_quants]") {
   INFO("kernel table: " << amc::kernels::active().name);
-  for (const GgmlType type : k_q8_types) {
+  for (const GgmlType type : int8_types_256) {
     for (const std::size_t blocks : {1, 4, 9}) {
       check_k_dot(type, random_k_blocks(type, blocks), random_k_activations(blocks),
-                  amc::q8_dot_kernel(type), "amc::q8_dot_kernel");
+                  amc::int8_dot_kernel(type), "amc::int8_dot_kernel");
     }
   }
 }
 
 TEST_CASE(
-    "q8_dot: the k-quant kernels' integer sums are exact, every table equal to the scalar "
+    "int8_dot: the k-quant kernels' integer sums are exact, every table equal to the scalar "
     "one",
     "[gguf_quants]") {
   // What is claimed: with power-of-two scales (d, dmin and d_x each 1/2, 1 or 2) every value a
@@ -1238,7 +1249,7 @@ TEST_CASE(
   const std::uint16_t d_bits[] = {kF16Half, kF16One, kF16Two};
   const float dx_values[] = {0.5f, 1.0f, 2.0f};
   std::uniform_int_distribution<int> pick(0, 2), six_bits(0, 63), q6_scale(-128, 127);
-  for (const GgmlType type : k_q8_types) {
+  for (const GgmlType type : int8_types_256) {
     const int top = type == GgmlType::Q4_K ? 15 : type == GgmlType::Q5_K ? 31 : 63;
     std::uniform_int_distribution<int> w_quant(0, top);
     // Small activations keep M below the limit (Q6_K's scales reach 128: smaller still).
@@ -1264,18 +1275,18 @@ TEST_CASE(
             [&](std::size_t b) { return dmin[b]; }, scale,
             [&](std::size_t, int j) { return j % 4 == (round + 1) % 4 ? 63 : six_bits(rng()); },
             [&](std::size_t, int) { return w_quant(rng()); });
-        const amc::Q8Activations x = make_activations(
+        const amc::Int8Activations x = make_activations(
             8 * blocks, [&](std::size_t, int) { return x_quant(rng()); },
             [&](std::size_t b) { return dx[b]; });
         const KExpected want = k_expected(type, weights, x);
         INFO(amc::to_string(type) << " M " << want.magnitude);
         REQUIRE(want.magnitude < 0x1p22);
         const auto* in = reinterpret_cast<const std::byte*>(weights.data());
-        const float scalar = table_named("scalar")->q8_dot[kind_index(type)](x, in, blocks);
+        const float scalar = table_named("scalar")->int8_dot[table_index(type)](x, in, blocks);
         INFO(amc::to_string(type) << ", " << blocks << " super-blocks: exact " << want.exact
                                   << ", scalar table " << scalar);
         CHECK(static_cast<double>(scalar) == want.exact);
-        for (const Q8Variant& variant : q8_variants()) {
+        for (const Int8Variant& variant : int8_variants()) {
           INFO("kernels " << variant.name);
           CHECK(variant.of(type)(x, in, blocks) == scalar);
         }
@@ -1327,7 +1338,7 @@ Quantized reference_quantize(std::span<const float> x) {
   return out;
 }
 
-Quantized run_quantize(amc::dequant::QuantizeKernel kernel, std::span<const float> x) {
+Quantized run_quantize(amc::weight_kernels::QuantizeKernel kernel, std::span<const float> x) {
   const std::size_t blocks = x.size() / 32;
   std::vector<float> scale(blocks, -1.0f);
   Quantized out{std::vector<std::int8_t>(x.size(), 99), std::vector<std::uint32_t>(blocks),
@@ -1475,16 +1486,30 @@ TEST_CASE("quantize_activations: every table bit for bit as the reference, ties 
     // Misaligned as well: the input one float into a buffer.
     std::vector<float> shifted(x.size() + 1);
     std::copy(x.begin(), x.end(), shifted.begin() + 1);
-    for (const DequantTable* table : amc::dequant::available_tables()) {
+    for (const WeightKernelTable* table : amc::weight_kernels::available_tables()) {
       INFO("table " << table->name);
       check_same_quantized(run_quantize(table->quantize, x), want, x);
       check_same_quantized(run_quantize(table->quantize, std::span(shifted).subspan(1)), want, x);
     }
-    amc::Q8Activations q;
+    amc::Int8Activations q;
     amc::quantize_activations(x, q);
     Quantized api{q.q, std::vector<std::uint32_t>(q.blocks()), q.sum};
     for (std::size_t b = 0; b < q.blocks(); ++b)
       api.scale[b] = std::bit_cast<std::uint32_t>(q.scale[b]);
     check_same_quantized(api, want, x);
   }
+}
+
+TEST_CASE("the q8 names are deprecated aliases of the int8 ones", "[gguf_quants]") {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  static_assert(std::is_same_v<amc::Q8Activations, amc::Int8Activations>);
+  static_assert(std::is_same_v<amc::Q8DotKernel, amc::Int8DotKernel>);
+  static_assert(std::is_same_v<amc::Q8InterleavedKernel, amc::Int8InterleavedKernel>);
+  for (const GgmlType type : int8_types) {
+    CHECK(amc::q8_dot_kernel(type) == amc::int8_dot_kernel(type));
+  }
+  CHECK(amc::q8_interleaved_kernel(GgmlType::Q4_1) == amc::int8_interleaved_kernel(GgmlType::Q4_1));
+  CHECK(amc::q8_interleaved_accelerated() == amc::int8_interleaved_accelerated());
+#pragma GCC diagnostic pop
 }

@@ -1,4 +1,4 @@
-// amc::interleave_rows and the interleaved Q8 kernels (include/amc/io/gguf_quants.hpp) against a
+// amc::interleave_rows and the interleaved int8 kernels (include/amc/io/gguf_quants.hpp) against a
 // reference written here from ggml's block layouts: each row's blocks read by hand from the rows
 // as stored (not from the interleaved bytes), the integer sums and the scaled terms in double.
 // Every table's plain-loop kernel and, where the CPU has it, its extension kernel (AVX-512 VNNI)
@@ -15,8 +15,10 @@
 #include "amc/error.hpp"
 #include "amc/io/gguf_quants.hpp"
 #include "catch.hpp"
-#include "gguf_quants_registry.hpp"  // src/: every table's kernels, called one by one
+#include "ggml_type_lists.hpp"
+#include "ggml_types.hpp"  // src/: the tables' index of a type
 #include "test_helpers.hpp"
+#include "weight_kernels.hpp"  // src/: every table's kernels, called one by one
 
 namespace {
 
@@ -67,7 +69,7 @@ std::vector<std::byte> random_rows(GgmlType type, std::int64_t rows, std::size_t
 /// weight's quants (Q4_0's minus 8, Q8_0's signed) times x's, then d_w d_x S (+ m_w d_x sum_x for
 /// Q4_1); `magnitude` gets the sum of the terms' absolute values.
 double reference_dot(GgmlType type, const std::byte* row, std::size_t blocks,
-                     const amc::Q8Activations& x, double& magnitude) {
+                     const amc::Int8Activations& x, double& magnitude) {
   const Format f = format_of(type);
   double total = 0.0;
   magnitude = 0.0;
@@ -101,17 +103,22 @@ double reference_dot(GgmlType type, const std::byte* row, std::size_t blocks,
 
 struct Variant {
   std::string name;
-  amc::dequant::Q8RowsKernel kernel;
+  amc::Int8InterleavedKernel kernel;
 };
 
+/// The entry of `type` in every table: its row of the library's table of types.
+std::size_t table_index(GgmlType type) { return amc::row_index(*amc::find_ggml_type(type)); }
+
 /// Every table's plain-loop kernel for `type`, and its extension kernel where the CPU runs it.
-std::vector<Variant> variants(GgmlType type, std::size_t kind) {
+std::vector<Variant> variants(GgmlType type) {
+  const std::size_t k = table_index(type);
   std::vector<Variant> out;
-  for (const amc::dequant::DequantTable* table : amc::dequant::available_tables()) {
-    out.push_back({std::string(table->name), table->q8_rows[kind]});
-    if (amc::dequant::cpu_has_extension(*table) && table->q8_rows_extension[kind] != nullptr) {
+  for (const amc::weight_kernels::Table* table : amc::weight_kernels::available_tables()) {
+    out.push_back({std::string(table->name), table->interleaved[k]});
+    if (amc::weight_kernels::cpu_has_extension(*table) &&
+        table->interleaved_extension[k] != nullptr) {
       out.push_back({std::string(table->name) + "+" + std::string(table->extension),
-                     table->q8_rows_extension[kind]});
+                     table->interleaved_extension[k]});
     }
   }
   INFO(amc::to_string(type));
@@ -119,20 +126,13 @@ std::vector<Variant> variants(GgmlType type, std::size_t kind) {
   return out;
 }
 
-std::size_t kind_of(GgmlType type) {
-  using amc::dequant::Kind;
-  return static_cast<std::size_t>(type == GgmlType::Q8_0   ? Kind::Q8_0
-                                  : type == GgmlType::Q4_0 ? Kind::Q4_0
-                                                           : Kind::Q4_1);
-}
-
 }  // namespace
 
-TEST_CASE("interleaved Q8 kernels: every table's, against the rows' exact sums, the same bits",
+TEST_CASE("interleaved int8 kernels: every table's, against the rows' exact sums, the same bits",
           "[gguf_quants][interleaved]") {
   std::mt19937_64 rng(0x1e7e'a7edULL);
-  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1}) {
-    const std::vector<Variant> kernels = variants(type, kind_of(type));
+  for (const GgmlType type : amc::test::interleavable_types()) {
+    const std::vector<Variant> kernels = variants(type);
     for (const std::int64_t rows : {1, 15, 16, 17, 40}) {
       for (const std::int64_t cols : {32, 96, 576}) {
         CAPTURE(amc::to_string(type), rows, cols);
@@ -141,7 +141,7 @@ TEST_CASE("interleaved Q8 kernels: every table's, against the rows' exact sums, 
         std::vector<float> xf(static_cast<std::size_t>(cols));
         std::normal_distribution<float> normal(0.0f, 2.0f);
         for (float& v : xf) v = normal(rng);
-        amc::Q8Activations x;
+        amc::Int8Activations x;
         amc::quantize_activations(xf, x);
         std::vector<std::byte> packed(amc::interleaved_bytes(type, rows, cols));
         amc::interleave_rows(type, rows, cols, stored, packed);
@@ -183,24 +183,25 @@ TEST_CASE("interleaved Q8 kernels: every table's, against the rows' exact sums, 
   }
 }
 
-TEST_CASE("interleaved Q8 kernels: the public choice follows the CPU's extension",
+TEST_CASE("interleaved int8 kernels: the public choice follows the CPU's extension",
           "[gguf_quants][interleaved]") {
-  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1}) {
-    const amc::Q8InterleavedKernel chosen = amc::q8_interleaved_kernel(type);
+  for (const GgmlType type : amc::test::interleavable_types()) {
+    const amc::Int8InterleavedKernel chosen = amc::int8_interleaved_kernel(type);
     bool found = false;
-    for (const amc::dequant::DequantTable* table : amc::dequant::available_tables()) {
-      const std::size_t kind = kind_of(type);
-      found = found || chosen == table->q8_rows[kind] || chosen == table->q8_rows_extension[kind];
+    for (const amc::weight_kernels::Table* table : amc::weight_kernels::available_tables()) {
+      const std::size_t k = table_index(type);
+      found = found || chosen == table->interleaved[k] || chosen == table->interleaved_extension[k];
     }
     CHECK(found);
   }
   // Accelerated exactly when some table's extension kernel runs on this CPU and was chosen.
   bool extension_chosen = false;
-  for (const amc::dequant::DequantTable* table : amc::dequant::available_tables()) {
-    extension_chosen = extension_chosen || amc::q8_interleaved_kernel(GgmlType::Q4_1) ==
-                                               table->q8_rows_extension[kind_of(GgmlType::Q4_1)];
+  for (const amc::weight_kernels::Table* table : amc::weight_kernels::available_tables()) {
+    extension_chosen =
+        extension_chosen || amc::int8_interleaved_kernel(GgmlType::Q4_1) ==
+                                table->interleaved_extension[table_index(GgmlType::Q4_1)];
   }
-  CHECK(amc::q8_interleaved_accelerated() == extension_chosen);
+  CHECK(amc::int8_interleaved_accelerated() == extension_chosen);
   CHECK(amc::can_interleave(GgmlType::Q4_1));
   CHECK(!amc::can_interleave(GgmlType::Q5_0));
   CHECK(!amc::can_interleave(GgmlType::F32));
@@ -225,6 +226,6 @@ TEST_CASE("interleave_rows: sizes and padding, and errors that name the argument
   std::vector<std::byte> short_out(16 * kQ4_1Block - 1);
   REQUIRE_THROWS_WITH(amc::interleave_rows(GgmlType::Q4_1, 16, 32, rows, short_out),
                       Contains("out holds 319 bytes"));
-  REQUIRE_THROWS_WITH(amc::q8_interleaved_kernel(GgmlType::Q6_K),
-                      Contains("amc::q8_interleaved_kernel") && Contains("Q6_K"));
+  REQUIRE_THROWS_WITH(amc::int8_interleaved_kernel(GgmlType::Q6_K),
+                      Contains("amc::int8_interleaved_kernel") && Contains("Q6_K"));
 }

@@ -110,7 +110,7 @@ std::vector<std::int32_t> harbour_prompt() {
       "century, when the fishing fleet had outgrown the shingle beach.");
 }
 
-/// Session options of the 8-bit activations' tests: 2 threads, the given activations.
+/// Session options of the int8 activations' tests: 2 threads, the given activations.
 SessionOptions two_threads(Activations activations) {
   SessionOptions options;
   options.threads = 2;
@@ -235,32 +235,32 @@ TEST_CASE("SmolLM2 with its blocks kept as stored decodes as with the weights wi
 TEST_CASE("SmolLM2's rows interleaved stay as near the f32 products as the rows do",
           "[real][generation]") {
   // LoadOptions::interleave_rows keeps a copy of the Q4_1 and Q8_0 matrices 16 rows to a group,
-  // which decode with 8-bit activations multiplies 16 rows at a time: the same exact integer
+  // which decode with int8 activations multiplies 16 rows at a time: the same exact integer
   // sums per block as the row-by-row kernels, the f32 steps in another order (each matrix's
   // products are checked against exact sums in test_interleaved_rows). Through the model those
   // rounding differences move some activations across a quantization step, so the logits do
   // not stay within rounding of the row-by-row ones (measured: up to 2.4% of the range over 16
-  // steps, the size of the 8-bit activations' own effect); tested as the rows' 8-bit products
+  // steps, the size of the int8 activations' own effect); tested as the rows' int8 products
   // are below, against the f32 products: within 5% of the range, 15 of 17 greedy picks. On a
-  // CPU without AVX-512 VNNI the option is ignored, and the two 8-bit runs must then compute
+  // CPU without AVX-512 VNNI the option is ignored, and the two int8 runs must then compute
   // the same bits.
   const Checkpoint rows = Checkpoint::load(model_file(), {.keep_blocks = true});
   const Checkpoint interleaved =
       Checkpoint::load(model_file(), {.keep_blocks = true, .interleave_rows = true});
-  REQUIRE(interleaved.rows_interleaved() == amc::q8_interleaved_accelerated());
+  REQUIRE(interleaved.rows_interleaved() == amc::int8_interleaved_accelerated());
   CHECK(rows.weights().layers[0].q.interleaved == nullptr);
   const bool copies = interleaved.rows_interleaved();
   CHECK((interleaved.weights().layers[0].q.interleaved != nullptr) == copies);
   CHECK((interleaved.weights().layers[29].down.interleaved != nullptr) == copies);
   CHECK((interleaved.weights().lm_head.interleaved != nullptr) == copies);  // Q8_0, tied
-  const SessionOptions f32 = two_threads(Activations::f32), q8 = two_threads(Activations::q8);
-  Session exact(rows, f32), by_groups(interleaved, q8);
+  const SessionOptions f32 = two_threads(Activations::f32), int8 = two_threads(Activations::int8);
+  Session exact(rows, f32), by_groups(interleaved, int8);
   const Agreement near_f32 = agreement(exact, by_groups);
-  Session by_rows(rows, q8), by_groups_again(interleaved, q8);  // fresh: no context yet
+  Session by_rows(rows, int8), by_groups_again(interleaved, int8);  // fresh: no context yet
   const Agreement near_rows = agreement(by_rows, by_groups_again);
   std::printf(
-      "test_real_model: rows interleaved (%s), 8-bit: max |difference| %.3g of the range from "
-      "the f32 products, %d of 17 greedy picks the same; %.3g from the rows' 8-bit products\n",
+      "test_real_model: rows interleaved (%s), int8: max |difference| %.3g of the range from "
+      "the f32 products, %d of 17 greedy picks the same; %.3g from the rows' int8 products\n",
       copies ? "AVX-512 VNNI" : "ignored on this CPU", near_f32.worst,
       static_cast<int>(near_f32.same_picks), near_rows.worst);
   CHECK(near_f32.worst > 0.0);  // the activations are rounded: not the f32 products
@@ -269,9 +269,9 @@ TEST_CASE("SmolLM2's rows interleaved stay as near the f32 products as the rows 
   if (!copies) CHECK(near_rows.worst == 0.0);
 }
 
-TEST_CASE("SmolLM2 with 8-bit activations on its stored blocks stays near the f32 products",
+TEST_CASE("SmolLM2 with int8 activations on its stored blocks stays near the f32 products",
           "[real][generation]") {
-  // --activations q8 rounds each block of 32 activations to 8 bits before the integer dot
+  // --activations int8 rounds each block of 32 activations to 8 bits before the integer dot
   // products (as llama.cpp does), an error of up to half a step, 1/254 of the block's largest
   // value, per activation: measured against the f32 products of the same blocks, the logits
   // move by about 2% of their range over a prefill and 16 steps fed the same tokens (0.017 to
@@ -279,11 +279,11 @@ TEST_CASE("SmolLM2 with 8-bit activations on its stored blocks stays near the f3
   // under qemu-aarch64), and 16 or 17 of 17 greedy picks agree. Tested at 5% of the range and
   // 15 of 17 picks: bounds on a measured rounding effect, not an exact identity.
   const Checkpoint stored = Checkpoint::load(model_file(), {.keep_blocks = true});
-  const SessionOptions f32 = two_threads(Activations::f32), q8 = two_threads(Activations::q8);
-  Session a(stored, f32), b(stored, q8);
+  const SessionOptions f32 = two_threads(Activations::f32), int8 = two_threads(Activations::int8);
+  Session a(stored, f32), b(stored, int8);
   const auto [worst, same_picks] = agreement(a, b);
   std::printf(
-      "test_real_model: 8-bit vs f32 activations: max |difference| %.3g of the range, %d "
+      "test_real_model: int8 vs f32 activations: max |difference| %.3g of the range, %d "
       "of 17 greedy picks the same\n",
       worst, static_cast<int>(same_picks));
   CHECK(worst > 0.0);  // the activations are rounded: not the f32 products

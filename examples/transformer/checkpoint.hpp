@@ -40,7 +40,7 @@ struct Matrix {
   std::optional<GgmlType> blocks;   ///< the ggml block type of rows kept as stored
   std::size_t block_row_bytes = 0;  ///< bytes of one row of blocks
   /// The rows' blocks interleaved 16 to a group (amc::interleave_rows), beside the rows, for the
-  /// 8-bit activations' matvec (LoadOptions::interleave_rows); null when there is no such copy.
+  /// int8 activations' matvec (LoadOptions::interleave_rows); null when there is no such copy.
   const std::byte* interleaved = nullptr;
 
   // Not amc::storage_size: this runs twice per row in the decode loop (matvec), where its
@@ -129,10 +129,10 @@ struct LoadOptions {
   /// whose matrices are kept as stored anyway.
   bool keep_blocks = false;
   /// With keep_blocks, also keep a copy of every Q8_0, Q4_0 and Q4_1 matrix interleaved 16 rows
-  /// to a group (Matrix::interleaved), which decode with 8-bit activations (Activations::q8)
+  /// to a group (Matrix::interleaved), which decode with int8 activations (Activations::int8)
   /// multiplies 16 rows at a time: SmolLM2-135M's Q4_1 decode ran 2.1x faster at short context
   /// on the project's VM (docs/performance.md). Costs the matrices' bytes a second time (prefill
-  /// and the embedding read the rows). Only where amc::q8_interleaved_accelerated() (AVX-512
+  /// and the embedding read the rows). Only where amc::int8_interleaved_accelerated() (AVX-512
   /// VNNI): elsewhere the row-by-row kernels are faster, and it is ignored
   /// (Checkpoint::rows_interleaved() says).
   bool interleave_rows = false;

@@ -218,9 +218,8 @@ class GgufLoader {
            shape_string(shape));
     }
     if (!can_dequantize(t->type)) {
-      fail("tensor '", name, "' has type ", to_string(t->type),
-           ", which amc does not dequantize (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, "
-           "Q5_K, Q6_K)");
+      fail("tensor '", name, "' has type ", to_string(t->type), ", which amc does not dequantize (",
+           dequantizable_type_names(), ")");
     }
     used_.insert(name);
     return *t;
@@ -418,7 +417,7 @@ Checkpoint Checkpoint::load_gguf(const std::filesystem::path& path, const LoadOp
   const Config& cfg = c.config_;
   const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
   c.blocks_kept_ = options.keep_blocks;
-  c.rows_interleaved_ = options.interleave_rows && q8_interleaved_accelerated();
+  c.rows_interleaved_ = options.interleave_rows && int8_interleaved_accelerated();
   GgufLoader loader(c, file, c.weight_dtype_, options.keep_blocks, threads);
 
   // q and k rows stored permuted for llama.cpp's RoPE (llama files; file comment).

@@ -155,36 +155,21 @@ void matvec(const Stack& w, const float* x, const float* bias, std::int64_t begi
 
 namespace {
 
-/// Whether m's rows are blocks with an 8-bit activation kernel (amc::q8_dot_kernel's types).
-bool q8_type(const Matrix& m) {
-  if (!m.blocks) return false;
-  switch (*m.blocks) {
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_0:
-    case GgmlType::Q5_1:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
-      return true;
-    default:
-      return false;
-  }
-}
+/// Whether m's rows are blocks with an int8 activation kernel (amc::int8_dot_kernel's types).
+bool int8_type(const Matrix& m) { return m.blocks && has_int8_dot_kernel(*m.blocks); }
 
 }  // namespace
 
-bool has_q8_kernel(const Stack& w) {
-  return std::ranges::any_of(w.parts, [](const Matrix* m) { return q8_type(*m); });
+bool has_int8_kernel(const Stack& w) {
+  return std::ranges::any_of(w.parts, [](const Matrix* m) { return int8_type(*m); });
 }
 
 /// y[r] (+ bias[r]) for the rows [begin, end) of w from its interleaved copy: 16 rows per kernel
 /// call; a group the range covers only in part is computed whole into a buffer and its rows in
 /// the range copied (the tasks' ranges are multiples of 16, so only a short matrix's last group).
-void matvec_interleaved(const Matrix& w, const Q8Activations& xq, const float* bias,
+void matvec_interleaved(const Matrix& w, const Int8Activations& xq, const float* bias,
                         std::int64_t begin, std::int64_t end, float* y) {
-  const Q8InterleavedKernel kernel = q8_interleaved_kernel(*w.blocks);
+  const Int8InterleavedKernel kernel = int8_interleaved_kernel(*w.blocks);
   const std::size_t blocks = blocks_per_row(w);
   const std::size_t group_bytes = interleaved_bytes(*w.blocks, kInterleavedRows, w.cols);
   for (std::int64_t g = begin / kInterleavedRows; g * kInterleavedRows < end; ++g) {
@@ -204,18 +189,18 @@ void matvec_interleaved(const Matrix& w, const Q8Activations& xq, const float* b
   }
 }
 
-void matvec_q8(const Stack& w, const float* x, const Q8Activations& xq, const float* bias,
-               std::int64_t begin, std::int64_t end, float* y) {
+void matvec_int8(const Stack& w, const float* x, const Int8Activations& xq, const float* bias,
+                 std::int64_t begin, std::int64_t end, float* y) {
   std::int64_t first = 0;  // stacked index of the current part's row 0
   for (const Matrix* m : w.parts) {
     const std::int64_t lo = std::max(begin, first), hi = std::min(end, first + m->rows);
     if (lo < hi && m->interleaved != nullptr) {
       matvec_interleaved(*m, xq, bias != nullptr ? bias + first : nullptr, lo - first, hi - first,
                          y + first);
-    } else if (lo < hi && !q8_type(*m)) {
+    } else if (lo < hi && !int8_type(*m)) {
       matvec(*m, x, bias != nullptr ? bias + first : nullptr, lo - first, hi - first, y + first);
     } else if (lo < hi) {
-      const Q8DotKernel dot = q8_dot_kernel(*m->blocks);
+      const Int8DotKernel dot = int8_dot_kernel(*m->blocks);
       const std::size_t blocks = blocks_per_row(*m);
       matvec_rows_of_blocks(*m, bias != nullptr ? bias + first : nullptr, lo - first, hi - first,
                             y + first, [&](const std::byte* row) { return dot(xq, row, blocks); });

@@ -41,17 +41,17 @@ struct Stack {
 void matvec(const Stack& w, const float* x, const float* bias, std::int64_t begin, std::int64_t end,
             float* y);
 
-/// Whether some part of `w` is kept as blocks with an 8-bit activation kernel (Q8_0, Q4_0,
-/// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: amc::q8_dot_kernel; every block type amc keeps).
-bool has_q8_kernel(const Stack& w);
+/// Whether some part of `w` is kept as blocks with an int8 activation kernel (Q8_0, Q4_0,
+/// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: amc::int8_dot_kernel; every block type amc keeps).
+bool has_int8_kernel(const Stack& w);
 
-/// matvec with the activations quantized to 8 bits: rows of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
-/// Q5_K or Q6_K blocks through amc::q8_dot_kernel on `xq` (x quantized by
+/// matvec with int8 activations: rows of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+/// Q5_K or Q6_K blocks through amc::int8_dot_kernel on `xq` (x quantized by
 /// amc::quantize_activations), every other row (F32, F16, BF16) as matvec does on x. A matrix
-/// with an interleaved copy (Matrix::interleaved) goes through amc::q8_interleaved_kernel, 16
+/// with an interleaved copy (Matrix::interleaved) goes through amc::int8_interleaved_kernel, 16
 /// rows at a time: the same integer sums, the f32 steps in another order.
-void matvec_q8(const Stack& w, const float* x, const Q8Activations& xq, const float* bias,
-               std::int64_t begin, std::int64_t end, float* y);
+void matvec_int8(const Stack& w, const float* x, const Int8Activations& xq, const float* bias,
+                 std::int64_t begin, std::int64_t end, float* y);
 
 /// Y[t, r] = <X[t], W[r]> (+ bias[r]) for t < n and stacked rows r in [begin, end), as one
 /// GEMM on an f32 copy of those rows (f32 rows of a single matrix are used in place). Callers

@@ -119,7 +119,7 @@ struct Session::Impl {
   std::vector<float> GU;        // [n, 2 inter] gate | up; the gate half becomes silu(gate) * up
   std::vector<float> T;         // [n, hidden] a block's output before it joins the residual stream
   std::vector<float> COS, SIN;  // [n, half] RoPE of each position
-  Q8Activations x_q8;           // a projection's input in 8 bits (Activations::q8)
+  Int8Activations x_int8;       // a projection's input in int8 (Activations::int8)
   // Decode attention's per-head results, and the dense shadow pass's (retained mass).
   std::vector<HeadResult> results, dense_results;  // [heads]
   std::vector<float> dense_attn;                   // [heads, head_dim]
@@ -388,12 +388,12 @@ struct Session::Impl {
     const Stack stack{parts};
     const std::int64_t rows = stack.rows();
     if (n == 1) {
-      // 8-bit activations: x quantized once here, for every task's rows.
-      const bool q8 = options.activations == Activations::q8 && has_q8_kernel(stack);
-      if (q8) quantize_activations(std::span(x, static_cast<std::size_t>(stack.cols())), x_q8);
+      // int8 activations: x quantized once here, for every task's rows.
+      const bool int8 = options.activations == Activations::int8 && has_int8_kernel(stack);
+      if (int8) quantize_activations(std::span(x, static_cast<std::size_t>(stack.cols())), x_int8);
       for_rows(rows, row_chunk(rows), [&](std::int64_t b, std::int64_t e) {
-        if (q8) {
-          matvec_q8(stack, x, x_q8, bias, b, e, y);
+        if (int8) {
+          matvec_int8(stack, x, x_int8, bias, b, e, y);
         } else {
           matvec(stack, x, bias, b, e, y);
         }
@@ -544,13 +544,13 @@ struct Session::Impl {
 };
 
 const char* to_string(Activations activations) {
-  return activations == Activations::q8 ? "q8" : "f32";
+  return activations == Activations::int8 ? "int8" : "f32";
 }
 
 Activations parse_activations(std::string_view text, std::string_view flag) {
   if (text == "f32") return Activations::f32;
-  if (text == "q8") return Activations::q8;
-  detail::throw_error("amc::transformer::parse_activations", flag, ": expected f32 or q8, got '",
+  if (text == "int8" || text == "q8") return Activations::int8;  // q8: int8's old name
+  detail::throw_error("amc::transformer::parse_activations", flag, ": expected f32 or int8, got '",
                       text, "'");
 }
 

@@ -70,16 +70,18 @@ enum class Activations : std::uint8_t {
   /// f32: the products of the exact block values and the f32 activations
   /// (amc::quantized_dot); the logits are those of f32 weights, to rounding.
   f32,
-  /// 8-bit: the activations quantized per block of 32 (amc::quantize_activations) and
-  /// multiplied in integers (amc::q8_dot_kernel), as llama.cpp does: faster where the CPU has
+  /// int8: the activations quantized per block of 32 (amc::quantize_activations) and
+  /// multiplied in integers (amc::int8_dot_kernel), as llama.cpp does: faster where the CPU has
   /// integer dot products, at the cost of the activations' rounding. Only Q8_0, Q4_0, Q4_1,
   /// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K blocks; other matrices (unquantized) as with f32.
-  q8,
+  int8,
+  q8 [[deprecated("use Activations::int8")]] = int8,  ///< int8's old name
 };
 
-/// "f32" or "q8".
+/// "f32" or "int8".
 const char* to_string(Activations activations);
-/// "f32" or "q8"; throws amc::error naming `flag` and the text otherwise.
+/// "f32" or "int8" (or "q8", int8's old name); throws amc::error naming `flag` and the text
+/// otherwise.
 Activations parse_activations(std::string_view text, std::string_view flag);
 
 struct SessionOptions {

@@ -52,8 +52,8 @@ void SessionFlags::validate(std::string_view where) const {
   if (!one_of(weight_dtype, {"auto", "bf16", "f32", "stored"})) {
     refuse(where, "--weight-dtype: expected auto, bf16, f32 or stored, got '", weight_dtype, "'");
   }
-  if (!one_of(activations, {"f32", "q8"})) {
-    refuse(where, "--activations: expected f32 or q8, got '", activations, "'");
+  if (!one_of(activations, {"f32", "int8", "q8"})) {  // q8: int8's old name
+    refuse(where, "--activations: expected f32 or int8, got '", activations, "'");
   }
   if (!one_of(rope_angles, {"auto", "transformers", "exact"})) {
     refuse(where, "--rope-angles: expected auto, transformers or exact, got '", rope_angles, "'");
@@ -66,9 +66,10 @@ int SessionFlags::thread_count() const {
 }
 
 LoadOptions SessionFlags::load_options() const {
-  // 8-bit activations are asked for speed: their matvec reads rows interleaved 16 at a time.
-  if (weight_dtype == "stored")
-    return {.keep_blocks = true, .interleave_rows = activations == "q8"};
+  // int8 activations are asked for speed: their matvec reads rows interleaved 16 at a time.
+  if (weight_dtype == "stored") {
+    return {.keep_blocks = true, .interleave_rows = activations == "int8" || activations == "q8"};
+  }
   return {.weight_dtype = parse_weight_dtype(weight_dtype)};
 }
 
@@ -118,10 +119,11 @@ void add_session_flags(CLI::App& app, SessionFlags& flags) {
       ->capture_default_str();
   app.add_option("--activations", flags.activations,
                  "with --weight-dtype stored: f32 (exact block values times f32 activations) or "
-                 "q8 (activations quantized per block of 32 and multiplied in integers, as "
+                 "int8 (activations quantized per block of 32 and multiplied in integers, as "
                  "llama.cpp does; Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K blocks; with "
-                 "AVX-512 VNNI, Q8_0, Q4_0 and Q4_1 matrices also kept 16 rows interleaved)")
-      ->type_name("f32|q8")
+                 "AVX-512 VNNI, Q8_0, Q4_0 and Q4_1 matrices also kept 16 rows interleaved); q8 "
+                 "is int8's old name")
+      ->type_name("f32|int8")
       ->capture_default_str();
 }
 

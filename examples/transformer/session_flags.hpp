@@ -24,7 +24,7 @@ struct SessionFlags {
   /// auto|bf16|f32|stored; auto: as stored, bf16 for GGUF; stored: GGUF blocks kept
   std::string weight_dtype = "auto";
   std::string rope_angles = "auto";  ///< auto|transformers|exact; auto: auto_rope_angles()
-  std::string activations = "f32";   ///< f32|q8: what stored blocks multiply (Activations)
+  std::string activations = "f32";   ///< f32|int8 (or q8): what stored blocks multiply
 
   /// Throws amc::error "<where>: --flag: ..., got VALUE" for the first bad value (without the
   /// prefix when `where` is empty: for a tool that prints its own name first).
@@ -32,7 +32,7 @@ struct SessionFlags {
   /// --threads, or every hardware thread when not given; throws as validate() for a bad value.
   int thread_count() const;
   /// What Checkpoint::load needs of them: the weight dtype, and rows interleaved for --activations
-  /// q8 (LoadOptions::interleave_rows).
+  /// int8 (LoadOptions::interleave_rows).
   LoadOptions load_options() const;
   /// `base` with the thread count, and the KV dtype and RoPE angles with "auto" resolved for
   /// `checkpoint` (so the options say what the session runs with).

@@ -126,7 +126,7 @@ def hostile_files(qwen2, good, tmp):
                                ("--kv-dtype", "f16", ["--kv-dtype", "got 'f16'"]),
                                ("--weight-dtype", "q4", ["--weight-dtype", "got 'q4'"]),
                                ("--rope-angles", "yarn", ["--rope-angles", "got 'yarn'"]),
-                               ("--activations", "int4", ["--activations", "expected f32 or q8",
+                               ("--activations", "int4", ["--activations", "expected f32 or int8",
                                                           "got 'int4'"])):
         check_refusal([qwen2, "--model", good, "--prompt-ids", "5", "-n", "2", flag, value],
                       ["amc-generate: ", *words])

@@ -63,8 +63,8 @@ struct GgufValue {
   std::variant<std::uint64_t, std::int64_t, double, bool, std::string, GgufArray> value;
 };
 
-/// ggml tensor types, numbered as in the file (ggml.h). Only these are known to the reader;
-/// gguf_quants.hpp says which it can dequantize.
+/// ggml tensor types, numbered as in the file (ggml.h). The reader knows those ggml_types()
+/// lists; gguf_quants.hpp says which it can dequantize.
 enum class GgmlType : std::uint32_t {
   F32 = 0,
   F16 = 1,
@@ -110,6 +110,9 @@ struct GgmlTypeLayout {
 /// The layout of the type numbered `type`, or nullopt when ggml has no such type (or amc does
 /// not know it).
 std::optional<GgmlTypeLayout> ggml_type_layout(std::uint32_t type) noexcept;
+
+/// Every type the reader knows, in ggml's order (one row each of src/ggml_types.hpp's table).
+std::span<const GgmlType> ggml_types() noexcept;
 
 /// "Q4_1", ... ("unknown" for a number the reader does not know).
 std::string_view to_string(GgmlType type) noexcept;

@@ -1,12 +1,17 @@
-// Dequantization of ggml tensor types (GGUF files) to f32 and bf16: the plain types F32, F16 and
-// BF16, the block types Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (32 elements per block) and the k-quants
-// Q4_K, Q5_K and Q6_K (256 per super-block), bit for bit as ggml's dequantize_row_* define them
+// Kernels on the weights of ggml tensor types (GGUF files): dequantization to f32 and bf16, dot
+// products of stored blocks with f32 activations, and with int8 activations (row by row, or rows
+// interleaved 16 to a group). The types: the plain types F32, F16 and BF16, the block types Q4_0,
+// Q4_1, Q5_0, Q5_1 and Q8_0 (32 elements per block) and the k-quants Q4_K, Q5_K and Q6_K (256
+// per super-block), dequantized bit for bit as ggml's dequantize_row_* define them
 // (ggml-quants.c): every value is a product of f16 scales and small integers, computed in f32.
+// Which type has which kernel: one table (src/ggml_types.hpp), asked through can_dequantize,
+// has_int8_dot_kernel and can_interleave.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "amc/io/gguf.hpp"
@@ -16,6 +21,10 @@ namespace amc {
 
 /// Whether dequantize() implements `type`.
 bool can_dequantize(GgmlType type) noexcept;
+
+/// The names of the types dequantize() implements, in ggml's order, for messages: "F32, F16,
+/// Q4_0, ...".
+std::string dequantizable_type_names();
 
 /// Dequantizes `elements` values of `type` from `blocks` into `out` (f32).
 /// \param blocks  elements / block_elements blocks of the type, any alignment
@@ -51,11 +60,11 @@ QuantizedDotKernel quantized_dot_kernel(GgmlType type);
 /// blocks.size() exactly its bytes (amc::error "amc::quantized_dot: ..." otherwise).
 float quantized_dot(GgmlType type, std::span<const float> x, std::span<const std::byte> blocks);
 
-/// Activations quantized for integer dot products, as ggml quantizes them for its own (Q8_1):
-/// per block of 32 values, scale d = max|x| / 127 and quants q = round(x / d) (ties away from
-/// zero) in [-127, 127], with the quants' sum. The block's values are then d * q, each within
-/// d / 2 of x. Shapes: q [blocks * 32], scale and sum [blocks].
-struct Q8Activations {
+/// Int8 activations: activations quantized for integer dot products, as ggml quantizes them for
+/// its own (Q8_1): per block of 32 values, scale d = max|x| / 127 and quants q = round(x / d)
+/// (ties away from zero) in [-127, 127], with the quants' sum. The block's values are then
+/// d * q, each within d / 2 of x. Shapes: q [blocks * 32], scale and sum [blocks].
+struct Int8Activations {
   std::vector<std::int8_t> q;
   std::vector<float> scale;
   std::vector<std::int32_t> sum;
@@ -67,7 +76,7 @@ struct Q8Activations {
 /// A block holding a NaN or an infinity gets quants 0 and a NaN scale, so that every product
 /// with it is NaN; a block whose 1 / d is not finite (all zeros, or max|x| below 127 * 2^-128,
 /// about 3.7e-37) gets quants 0 and scale 0. The same bits on every instruction set.
-void quantize_activations(std::span<const float> x, Q8Activations& out);
+void quantize_activations(std::span<const float> x, Int8Activations& out);
 
 /// <d q, w> over `block_count` blocks of a Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 row (blocks of 32) or
 /// of a Q4_K, Q5_K or Q6_K row (super-blocks of 256; `x` covers them, 8 of its blocks per
@@ -80,15 +89,18 @@ void quantize_activations(std::span<const float> x, Q8Activations& out);
 /// integer dot products (AVX-512 VNNI, AVX2's maddubs, the Armv8.2 dot product, NEON's widening
 /// multiplies), at the cost of the activations' rounding: llama.cpp's arithmetic (which for the
 /// k-quants quantizes the activations per 256 instead). Unchecked.
-using Q8DotKernel = float (*)(const Q8Activations& x, const std::byte* blocks,
-                              std::size_t block_count);
+using Int8DotKernel = float (*)(const Int8Activations& x, const std::byte* blocks,
+                                std::size_t block_count);
 
-/// The active instruction set's Q8DotKernel for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or
-/// Q6_K (with AVX-512 VNNI or the Armv8.2 dot product where the CPU has it); amc::error
-/// "amc::q8_dot_kernel: ..." for any other type (F32, F16, BF16 among those amc reads).
-Q8DotKernel q8_dot_kernel(GgmlType type);
+/// Whether int8_dot_kernel takes `type` (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
+bool has_int8_dot_kernel(GgmlType type) noexcept;
 
-// --- Rows interleaved for 8-bit activations ------------------------------------------------
+/// The active instruction set's Int8DotKernel for a type has_int8_dot_kernel takes (with AVX-512
+/// VNNI or the Armv8.2 dot product where the CPU has it); amc::error "amc::int8_dot_kernel: ..."
+/// for any other type (F32, F16, BF16 among those amc reads).
+Int8DotKernel int8_dot_kernel(GgmlType type);
+
+// --- Rows interleaved for int8 activations -------------------------------------------------
 //
 // A matrix-vector product row by row reduces every row's sum across the lanes of a vector and
 // reads the activations once per row. Interleaved, the rows of Q8_0, Q4_0 and Q4_1 blocks sit 16
@@ -119,22 +131,41 @@ void interleave_rows(GgmlType type, std::int64_t rows, std::int64_t cols,
                      std::span<const std::byte> blocks, std::span<std::byte> out);
 
 /// out[r] = <x, row r of one interleaved group> for its 16 rows, over `block_count` blocks of 32
-/// (x quantized as for Q8DotKernel): per block the integer sum of x's quants times the weight's
+/// (x quantized as for Int8DotKernel): per block the integer sum of x's quants times the weight's
 /// (Q4_0's quants minus 8, Q8_0's signed), exact, times d_w * d_x in f32, accumulated with one
 /// fused multiply-add per block in block order; Q4_1 adds m_w * (d_x * sum of x's quants) in a
 /// second chain, added to the first at the end. The same bits on every instruction set. A padded
 /// row gives 0 (NaN where x has a NaN scale). Unchecked.
-using Q8InterleavedKernel = void (*)(const Q8Activations& x, const std::byte* group,
-                                     std::size_t block_count, float* out);
+using Int8InterleavedKernel = void (*)(const Int8Activations& x, const std::byte* group,
+                                       std::size_t block_count, float* out);
 
-/// The active instruction set's Q8InterleavedKernel for Q8_0, Q4_0 or Q4_1: AVX-512 VNNI where
-/// the CPU has it, else plain loops (correct, but slower than q8_dot_kernel's row by row: see
-/// q8_interleaved_accelerated). amc::error "amc::q8_interleaved_kernel: ..." for other types.
-Q8InterleavedKernel q8_interleaved_kernel(GgmlType type);
+/// The active instruction set's Int8InterleavedKernel for a type can_interleave takes: AVX-512
+/// VNNI where the CPU has it, else plain loops (correct, but slower than int8_dot_kernel's row
+/// by row: see int8_interleaved_accelerated). amc::error "amc::int8_interleaved_kernel: ..." for
+/// other types.
+Int8InterleavedKernel int8_interleaved_kernel(GgmlType type);
 
-/// Whether q8_interleaved_kernel runs on the CPU's integer dot-product extension (AVX-512 VNNI):
-/// only then does interleaving pay (a [1536, 576] Q4_1 matrix, SmolLM2-135M's gate projection,
-/// took 12.2 us against 62.4 row by row on the project's VM: amc-bench-gguf, docs/performance.md).
-bool q8_interleaved_accelerated() noexcept;
+/// Whether int8_interleaved_kernel runs on the CPU's integer dot-product extension (AVX-512
+/// VNNI): only then does interleaving pay (a [1536, 576] Q4_1 matrix, SmolLM2-135M's gate
+/// projection, took 12.2 us against 62.4 row by row on the project's VM: amc-bench-gguf,
+/// docs/performance.md).
+bool int8_interleaved_accelerated() noexcept;
+
+// --- The names these had before they were called int8 (removed in the next release) -----------
+
+using Q8Activations [[deprecated("use amc::Int8Activations")]] = Int8Activations;
+using Q8DotKernel [[deprecated("use amc::Int8DotKernel")]] = Int8DotKernel;
+using Q8InterleavedKernel [[deprecated("use amc::Int8InterleavedKernel")]] = Int8InterleavedKernel;
+[[deprecated("use amc::int8_dot_kernel")]] inline Int8DotKernel q8_dot_kernel(GgmlType type) {
+  return int8_dot_kernel(type);
+}
+[[deprecated("use amc::int8_interleaved_kernel")]] inline Int8InterleavedKernel
+q8_interleaved_kernel(GgmlType type) {
+  return int8_interleaved_kernel(type);
+}
+[[deprecated("use amc::int8_interleaved_accelerated")]] inline bool
+q8_interleaved_accelerated() noexcept {
+  return int8_interleaved_accelerated();
+}
 
 }  // namespace amc

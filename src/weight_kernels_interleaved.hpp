@@ -1,8 +1,9 @@
-// The kernels over rows interleaved 16 to a group (amc::Q8InterleavedKernel; the layout is
+// The kernels over rows interleaved 16 to a group (amc::Int8InterleavedKernel; the layout is
 // described in include/amc/io/gguf_quants.hpp): plain loops for every table, and AVX-512 VNNI,
 // where one VPDPBUSD multiplies a 4-byte word of every row of the group by the same 4 activation
 // quants. Lane r of every vector is row r, so no sum crosses lanes, and each activation word is
-// broadcast once for 16 rows. Included by gguf_quants_kernels.hpp, compiled once per table.
+// broadcast once for 16 rows. For each type whose row in src/ggml_types.hpp says kInterleaved.
+// Included by weight_kernels_make_table.hpp, so compiled once per instruction set.
 #pragma once
 
 #include <cmath>
@@ -10,16 +11,17 @@
 #include <cstdint>
 #include <cstring>
 
-#include "gguf_quants_registry.hpp"
+#include "weight_kernels.hpp"
+#include "weight_kernels_common.hpp"
 
-namespace amc::dequant {
+namespace amc::weight_kernels {
 namespace {
 
 /// The plain loops: per block, each row's integer sum, then the f32 steps of the VNNI kernel
 /// in the same order (fused multiply-adds as std::fma), so both give the same bits.
-template <Kind K>
-void q8_rows_generic(const Q8Activations& x, const std::byte* group, std::size_t blocks,
-                     float* out) {
+template <GgmlType K>
+void interleaved_generic(const Int8Activations& x, const std::byte* group, std::size_t blocks,
+                         float* out) {
   constexpr std::size_t kBytes = interleaved_block_bytes(K);
   constexpr std::size_t kQuants = interleaved_quants_offset(K);
   float acc[16] = {}, mins[16] = {};
@@ -29,7 +31,7 @@ void q8_rows_generic(const Q8Activations& x, const std::byte* group, std::size_t
     std::int32_t sums[16] = {};
     for (int r = 0; r < 16; ++r) {
       std::int32_t s = 0;
-      if constexpr (K == Kind::Q8_0) {
+      if constexpr (K == GgmlType::Q8_0) {
         for (int j = 0; j < 8; ++j) {
           for (int t = 0; t < 4; ++t) s += in[kQuants + 64 * j + 4 * r + t] * xq[4 * j + t];
         }
@@ -48,23 +50,23 @@ void q8_rows_generic(const Q8Activations& x, const std::byte* group, std::size_t
       const float scale = half_to_float(load_u16(in + 2 * r)) * dx;
       acc[r] = std::fma(static_cast<float>(sums[r]), scale, acc[r]);
     }
-    if constexpr (K == Kind::Q4_1) {
+    if constexpr (K == GgmlType::Q4_1) {
       const float min_scale = dx * static_cast<float>(x.sum[b]);
       for (int r = 0; r < 16; ++r) {
         mins[r] = std::fma(half_to_float(load_u16(in + 32 + 2 * r)), min_scale, mins[r]);
       }
     }
   }
-  for (int r = 0; r < 16; ++r) out[r] = K == Kind::Q4_1 ? acc[r] + mins[r] : acc[r];
+  for (int r = 0; r < 16; ++r) out[r] = K == GgmlType::Q4_1 ? acc[r] + mins[r] : acc[r];
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__F16C__) && defined(__GNUC__)
 /// AVX-512 VNNI: per block, 8 VPDPBUSD into two independent sums (Q4: the low nibbles' and the
 /// high nibbles'; Q8_0: words 0-3 and 4-7), each activation word broadcast to the 16 rows.
-template <Kind K>
-__attribute__((target("avx512vnni"))) void q8_rows_vnni(const Q8Activations& x,
-                                                        const std::byte* group, std::size_t blocks,
-                                                        float* out) {
+template <GgmlType K>
+__attribute__((target("avx512vnni"))) void interleaved_vnni(const Int8Activations& x,
+                                                            const std::byte* group,
+                                                            std::size_t blocks, float* out) {
   constexpr std::size_t kBytes = interleaved_block_bytes(K);
   constexpr std::size_t kQuants = interleaved_quants_offset(K);
   const __m512i low4 = _mm512_set1_epi8(0x0F);
@@ -90,7 +92,7 @@ __attribute__((target("avx512vnni"))) void q8_rows_vnni(const Q8Activations& x,
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
       const __m512i w = _mm512_loadu_si512(quants + 64 * j);
-      if constexpr (K == Kind::Q8_0) {
+      if constexpr (K == GgmlType::Q8_0) {
         s0 = _mm512_dpbusd_epi32(s0, w, word(b, j));
         s1 = _mm512_dpbusd_epi32(s1, _mm512_loadu_si512(quants + 64 * (4 + j)), word(b, 4 + j));
       } else {
@@ -106,47 +108,26 @@ __attribute__((target("avx512vnni"))) void q8_rows_vnni(const Q8Activations& x,
     const float dx = x.scale[b];
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc);
-    if constexpr (K == Kind::Q4_1) {
+    if constexpr (K == GgmlType::Q4_1) {
       const __m512 m =
           _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32)));
       mins = _mm512_fmadd_ps(m, _mm512_set1_ps(dx * static_cast<float>(x.sum[b])), mins);
     }
   }
-  _mm512_storeu_ps(out, K == Kind::Q4_1 ? _mm512_add_ps(acc, mins) : acc);
+  _mm512_storeu_ps(out, K == GgmlType::Q4_1 ? _mm512_add_ps(acc, mins) : acc);
 }
 #endif
 
-/// The table's plain-loop kernel for a kind (null for the kinds without interleaving).
-constexpr Q8RowsKernel q8_rows_kernel_of(Kind kind) {
-  switch (kind) {
-    case Kind::Q8_0:
-      return q8_rows_generic<Kind::Q8_0>;
-    case Kind::Q4_0:
-      return q8_rows_generic<Kind::Q4_0>;
-    case Kind::Q4_1:
-      return q8_rows_generic<Kind::Q4_1>;
-    default:
-      return nullptr;
-  }
-}
-
-/// The table's extension kernel for a kind: AVX-512 VNNI in the avx512 table, else null.
-constexpr Q8RowsKernel q8_rows_extension_of([[maybe_unused]] Kind kind) {
+/// The table's interleaved kernel of K with its extension: AVX-512 VNNI in the avx512 table,
+/// null elsewhere.
+template <GgmlType K>
+struct InterleavedExtension {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__F16C__) && defined(__GNUC__)
-  switch (kind) {
-    case Kind::Q8_0:
-      return q8_rows_vnni<Kind::Q8_0>;
-    case Kind::Q4_0:
-      return q8_rows_vnni<Kind::Q4_0>;
-    case Kind::Q4_1:
-      return q8_rows_vnni<Kind::Q4_1>;
-    default:
-      return nullptr;
-  }
+  static constexpr Int8InterleavedKernel kernel = interleaved_vnni<K>;
 #else
-  return nullptr;
+  static constexpr Int8InterleavedKernel kernel = nullptr;
 #endif
-}
+};
 
 }  // namespace
-}  // namespace amc::dequant
+}  // namespace amc::weight_kernels
