@@ -33,8 +33,16 @@ constexpr std::int64_t kTasksPerThread = 4;
 constexpr std::int64_t kPrefillChunk = 1024;
 /// Query positions per prefill attention task (a block of queries for one GQA group).
 constexpr std::int64_t kQueryRows = 64;
-/// Tokens per task of the prefill's row-wise steps (norms, RoPE, SwiGLU).
+/// Tokens per task of the prefill's row-wise steps (norms, RoPE, SwiGLU, residual additions).
 constexpr std::int64_t kTokenRows = 16;
+/// GEMM tiles (runs of consecutive output rows) of each projection over several positions:
+/// few large tiles keep Eigen from packing X once per tile; multiples of 4 balance 1, 2 and 4
+/// threads. The unembedding takes kUnembeddingTilesPer4096 per 4096 vocabulary rows.
+constexpr std::int64_t kQkvTiles = 8;
+constexpr std::int64_t kOutputTiles = 8;
+constexpr std::int64_t kGateUpTiles = 16;
+constexpr std::int64_t kDownTiles = 4;
+constexpr std::int64_t kUnembeddingTilesPer4096 = 4;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
@@ -301,13 +309,56 @@ struct Session::Impl {
     cache.commit(n);
   }
 
-  /// x += o(attention(rope(norm(q)), rope(norm(k)), v)), q, k, v the projections of rmsnorm(x),
-  /// for every position; the keys and values join the cache.
+  /// The epilogue of a block's last projection into T [n, hidden]: X[:, b:e] += T[:, b:e], the
+  /// block's output joining the residual stream, by the task that computed those columns.
+  auto add_to_residual(std::int64_t n) {
+    return [this, n](std::int64_t b, std::int64_t e) {
+      for (std::int64_t t = 0; t < n; ++t) {
+        float* x_row = X.data() + t * hidden;
+        const float* t_row = T.data() + t * hidden;
+        for (std::int64_t r = b; r < e; ++r) x_row[r] += t_row[r];
+      }
+    };
+  }
+
+  /// x += W_o attention(q, K, V) + b_o for every position, where [q; k; v] = W_qkv rmsnorm(x)
+  /// + b_qkv with q and k per-head normed (Qwen3) and rotated; k and v join the cache first.
   void attention_block(std::int64_t layer, std::int64_t p0, std::int64_t n, Pass pass) {
     const LayerWeights& l = w.layers[static_cast<std::size_t>(layer)];
     const LayerStacks& st = stacks[static_cast<std::size_t>(layer)];
-    norm_rows(0, n, l.pre_attention_norm.data());
-    project(st.qkv, 8, XN.data(), n, hidden, optional_data(st.qkv_bias), QKV.data(), qkv_dim);
+    norm_rows(0, n, l.pre_attention_norm.data());  // XN = rmsnorm(X)
+    project(st.qkv, kQkvTiles, XN.data(), n, hidden, optional_data(st.qkv_bias), QKV.data(),
+            qkv_dim);  // QKV = [q | k | v]
+    norm_and_rotate_queries_and_keys(l, n);
+    cache.write(layer, QKV.data() + q_dim, QKV.data() + q_dim + kv_dim, n, qkv_dim);
+    attend(layer, p0, n, pass);  // A = attention(q, K, V)
+    // X += A W_o^T + b_o: each task adds the columns it computed, while they are in its cache.
+    project(st.o, kOutputTiles, A.data(), n, q_dim, optional_data(l.o_bias), T.data(), hidden,
+            add_to_residual(n));
+  }
+
+  /// x += W_down (silu(W_gate rmsnorm(x)) * W_up rmsnorm(x)) for every position.
+  void mlp_block(std::int64_t layer, std::int64_t n) {
+    const LayerWeights& l = w.layers[static_cast<std::size_t>(layer)];
+    const LayerStacks& st = stacks[static_cast<std::size_t>(layer)];
+    norm_rows(0, n, l.pre_mlp_norm.data());  // XN = rmsnorm(X)
+    project(st.gate_up, kGateUpTiles, XN.data(), n, hidden, nullptr, GU.data(), 2 * inter);
+    for_rows(n, kTokenRows, [&](std::int64_t b, std::int64_t e) {
+      thread_local std::vector<float> scratch;
+      scratch.resize(static_cast<std::size_t>(inter));
+      for (std::int64_t t = b; t < e; ++t) {
+        float* gate = GU.data() + t * 2 * inter;
+        silu_mul(gate, gate + inter, gate, inter, scratch.data());  // gate := silu(gate) * up
+      }
+    });
+    // X += GU W_down^T, added by the tasks as above.
+    project(st.down, kDownTiles, GU.data(), n, 2 * inter, nullptr, T.data(), hidden,
+            add_to_residual(n));
+  }
+
+  /// Qwen3's per-head norms of q and k (nothing for the other families), then RoPE on both, in
+  /// QKV for every position.
+  void norm_and_rotate_queries_and_keys(const LayerWeights& l, std::int64_t n) {
     for_rows(n, kTokenRows, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t t = b; t < e; ++t) {
         float* row = QKV.data() + t * qkv_dim;
@@ -318,8 +369,12 @@ struct Session::Impl {
         }
       }
     });
-    cache.write(layer, QKV.data() + q_dim, QKV.data() + q_dim + kv_dim, n, qkv_dim);
-    const auto attend = [&]<KvViewLike View>(std::type_identity<View>) {
+  }
+
+  /// A = attention of the positions' queries over the cache, on the cache's view type: causal
+  /// and dense in prefill, the session's decode attention in decode.
+  void attend(std::int64_t layer, std::int64_t p0, std::int64_t n, Pass pass) {
+    const auto on = [&]<KvViewLike View>(std::type_identity<View>) {
       if (pass == Pass::decode) {
         attend_decode<View>(layer, p0 + 1);
       } else {
@@ -327,40 +382,20 @@ struct Session::Impl {
       }
     };
     if (cache.quantized()) {
-      attend(std::type_identity<Q8KvView>{});
+      on(std::type_identity<Q8KvView>{});
     } else {
       visit_storage<float, bf16>(cache.options().dtype, [&](auto type) {
-        attend(std::type_identity<KvView<typename decltype(type)::type>>{});
+        on(std::type_identity<KvView<typename decltype(type)::type>>{});
       });
     }
-    project(st.o, 8, A.data(), n, q_dim, optional_data(l.o_bias), T.data(), hidden,
-            [&](std::int64_t b, std::int64_t e) { add_to_residual(n, b, e); });
-  }
-
-  /// x += down(silu(gate(rmsnorm(x))) * up(rmsnorm(x))), for every position.
-  void mlp_block(std::int64_t layer, std::int64_t n) {
-    const LayerWeights& l = w.layers[static_cast<std::size_t>(layer)];
-    const LayerStacks& st = stacks[static_cast<std::size_t>(layer)];
-    norm_rows(0, n, l.pre_mlp_norm.data());
-    project(st.gate_up, 16, XN.data(), n, hidden, nullptr, GU.data(), 2 * inter);
-    for_rows(n, kTokenRows, [&](std::int64_t b, std::int64_t e) {
-      thread_local std::vector<float> scratch;
-      scratch.resize(static_cast<std::size_t>(inter));
-      for (std::int64_t t = b; t < e; ++t) {
-        float* gate = GU.data() + t * 2 * inter;
-        silu_mul(gate, gate + inter, gate, inter, scratch.data());
-      }
-    });
-    project(st.down, 4, GU.data(), n, 2 * inter, nullptr, T.data(), hidden,
-            [&](std::int64_t b, std::int64_t e) { add_to_residual(n, b, e); });
   }
 
   /// logits [rows, vocab] of the hidden states X[first, first + rows): the final norm, then
   /// the unembedding.
   void logits_of(std::int64_t first, std::int64_t rows, float* logits) {
     norm_rows(first, rows, w.final_norm.data());
-    project(unembedding, 4 * ceil_div(vocab, 4096), XN.data() + first * hidden, rows, hidden,
-            nullptr, logits, vocab);
+    project(unembedding, kUnembeddingTilesPer4096 * ceil_div(vocab, 4096),
+            XN.data() + first * hidden, rows, hidden, nullptr, logits, vocab);
   }
 
   // ---- the forward pass's parallel steps -----------------------------------------------
@@ -378,7 +413,7 @@ struct Session::Impl {
   /// row_chunk() rows per task; more go through GEMM in `gemm_tiles` tiles of consecutive
   /// rows. Both split by shape alone (tiles never follow the thread count), so every element
   /// is computed identically whatever the number of threads. Few large tiles keep Eigen from
-  /// repacking X once per tile; multiples of 4 tiles balance 1, 2 and 4 threads.
+  /// repacking X once per tile (kQkvTiles and the others).
   /// \param x [n, x_stride], the first cols() columns used; y [n, y_stride]
   template <class Epilogue = void (*)(std::int64_t, std::int64_t)>
   void project(
@@ -423,15 +458,6 @@ struct Session::Impl {
     });
   }
 
-  /// X[:, b:e] += T[:, b:e]: a block's output joins the residual stream, by the task that
-  /// computed those columns.
-  void add_to_residual(std::int64_t n, std::int64_t b, std::int64_t e) {
-    for (std::int64_t t = 0; t < n; ++t) {
-      float* x_row = X.data() + t * hidden;
-      const float* t_row = T.data() + t * hidden;
-      for (std::int64_t r = b; r < e; ++r) x_row[r] += t_row[r];
-    }
-  }
 
   // ---- attention -----------------------------------------------------------------------
 
@@ -468,55 +494,65 @@ struct Session::Impl {
 
   /// Attention of the decode step's queries (QKV's first q_dim columns, [heads, head_dim]) over
   /// positions [0, positions) of each KV head, into A: the session's dense or sparse layer,
-  /// with retained mass the dense shadow pass beside the sparse one.
+  /// with retained mass the dense shadow pass beside the sparse one (into dense_attn).
   template <KvViewLike View>
   void attend_decode(std::int64_t layer, std::int64_t positions) {
     const auto kv = kv_heads_of<View>(layer, positions);
     const auto queries = map_rows(static_cast<const float*>(QKV.data()), heads, head_dim, head_dim);
     const auto out = map_rows(A.data(), heads, head_dim, head_dim);
-    const bool sparse_step = sparse_layer.has_value();
-    const bool both = sparse_step && options.retained_mass;
-    if (both) {
+    if (!sparse_layer) {
+      dense_layer->decode(queries, kv, out, results);
+    } else if (options.retained_mass) {
       const DenseShadow shadow{map_rows(dense_attn.data(), heads, head_dim, head_dim),
                                dense_results};
       sparse_layer->decode(queries, kv, out, results, &shadow);
-    } else if (sparse_step) {
-      sparse_layer->decode(queries, kv, out, results);
     } else {
-      dense_layer->decode(queries, kv, out, results);
+      sparse_layer->decode(queries, kv, out, results);
     }
+    record_step_stats(layer);
+    if (options.on_layer) report_layer(layer, positions);
+  }
+
+  /// The decode step's statistics from this layer's results: retained mass per head (with
+  /// retained_mass), positions read, and the first head whose attention was not finite.
+  void record_step_stats(std::int64_t layer) {
+    const bool sparse_step = sparse_layer.has_value();
+    const bool shadow = sparse_step && options.retained_mass;
     if (options.retained_mass) {
       for (std::int64_t hd = 0; hd < heads; ++hd) {
         const auto i = static_cast<std::size_t>(hd);
         // exp(L_S - L_all); exactly 1 when the step is dense.
-        stats.retained_mass.push_back(sparse_step ? std::exp(results[i].lse - dense_results[i].lse)
-                                                  : 1.0f);
+        stats.retained_mass.push_back(shadow ? std::exp(results[i].lse - dense_results[i].lse)
+                                             : 1.0f);
       }
     }
     for (const HeadResult& r : results) stats.positions_read += r.positions_read;
     for (std::int64_t hd = 0; hd < heads; ++hd) {
       const auto i = static_cast<std::size_t>(hd);
-      if (results[i].finite && (!both || dense_results[i].finite)) continue;
+      if (results[i].finite && (!shadow || dense_results[i].finite)) continue;
       if (stats.non_finite_heads++ == 0) {
         stats.first_non_finite_layer = layer;
         stats.first_non_finite_head = hd;
       }
     }
-    if (options.on_layer) {
-      LayerAttention a;
-      a.layer = layer;
-      a.positions = positions;
-      a.group = group;
-      a.queries = QKV.data();
-      a.output = A.data();
-      a.results = results;
-      if (both) {
-        a.dense_output = dense_attn.data();
-        a.dense_results = dense_results;
-      }
-      if (sparse_step) a.sparse_operators = sparse_layer->group_operators();
-      options.on_layer(a);
+  }
+
+  /// SessionOptions::on_layer with this layer's decode attention: queries, outputs, results,
+  /// the dense shadow pass's when there is one, and the sparse operators.
+  void report_layer(std::int64_t layer, std::int64_t positions) {
+    LayerAttention a;
+    a.layer = layer;
+    a.positions = positions;
+    a.group = group;
+    a.queries = QKV.data();
+    a.output = A.data();
+    a.results = results;
+    if (sparse_layer && options.retained_mass) {
+      a.dense_output = dense_attn.data();
+      a.dense_results = dense_results;
     }
+    if (sparse_layer) a.sparse_operators = sparse_layer->group_operators();
+    options.on_layer(a);
   }
 
   /// Causal attention of the chunk's queries over the cache (keys [0, p0 + t] for token t),
