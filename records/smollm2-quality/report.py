@@ -243,7 +243,8 @@ def passkey_table(root, out):
             continue
         with open(path) as f:
             for r in csv.DictReader(f):
-                selector = r["selector"]
+                # The column is "rule" in amc-eval's output since the rename, "selector" before.
+                selector = r["rule"] if "rule" in r else r["selector"]
                 if selector == "dense":
                     rule, support = names.get("dense", "dense"), ""
                 elif selector in names:

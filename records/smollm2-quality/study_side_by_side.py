@@ -148,9 +148,11 @@ def passkey_report(out):
     for run, names in PASSKEY.items():
         with open(ROOT / "passkey" / run / "passkey.csv") as f:
             for r in csv.DictReader(f):
-                if r["selector"] not in names:
+                # The column is "rule" in amc-eval's output since the rename, "selector" before.
+                rule = r["rule"] if "rule" in r else r["selector"]
+                if rule not in names:
                     continue
-                cell = cells[(names[r["selector"]], r["support"], int(r["context"]))]
+                cell = cells[(names[rule], r["support"], int(r["context"]))]
                 cell[0] += int(r["correct"])
                 cell[1] += int(r["trials"])
                 cell[2].append(float(r["mean_retained_mass"]))
