@@ -160,19 +160,8 @@ class BlockSummaries {
   }
 
   void reserve(std::int64_t positions) {
-    const auto rows = static_cast<std::size_t>((positions + block_size_ - 1) / block_size_);
-    const auto d = static_cast<std::size_t>(head_dim_);
-    const auto sub = static_cast<std::size_t>(options_.sub_blocks);
-    const bool copies = options_.bf16_copies;
-    means_.reserve(rows * d);
-    if (copies) means_bf16_.reserve(rows * d);
-    if (options_.channel_bounds) {
-      bound_rows_.reserve(rows * 2 * d);
-      if (copies) bound_rows_bf16_.reserve(rows * 2 * d);
-    }
-    if (options_.value_norms) value_norm_max_.reserve(rows);
-    sub_means_.reserve(rows * sub * d);
-    if (copies) sub_means_bf16_.reserve(rows * sub * d);
+    for_each_kept_array(static_cast<std::size_t>((positions + block_size_ - 1) / block_size_),
+                        [](auto& array, std::size_t size) { array.reserve(size); });
   }
 
   std::int64_t positions() const { return positions_; }
@@ -261,18 +250,24 @@ class BlockSummaries {
 
   /// Every array sized for `rows` blocks (the kept ones; the others stay empty).
   void resize_blocks(std::size_t rows) {
+    for_each_kept_array(rows, [](auto& array, std::size_t size) { array.resize(size); });
+  }
+
+  /// f(array, its size for `rows` blocks) for every array the options keep.
+  template <class F>
+  void for_each_kept_array(std::size_t rows, F f) {
     const auto d = static_cast<std::size_t>(head_dim_);
     const auto sub = static_cast<std::size_t>(options_.sub_blocks);
     const bool copies = options_.bf16_copies;
-    means_.resize(rows * d);
-    if (copies) means_bf16_.resize(rows * d);
+    f(means_, rows * d);
+    if (copies) f(means_bf16_, rows * d);
     if (options_.channel_bounds) {
-      bound_rows_.resize(rows * 2 * d);
-      if (copies) bound_rows_bf16_.resize(rows * 2 * d);
+      f(bound_rows_, rows * 2 * d);
+      if (copies) f(bound_rows_bf16_, rows * 2 * d);
     }
-    if (options_.value_norms) value_norm_max_.resize(rows);
-    sub_means_.resize(rows * sub * d);
-    if (copies) sub_means_bf16_.resize(rows * sub * d);
+    if (options_.value_norms) f(value_norm_max_, rows);
+    if (sub > 0) f(sub_means_, rows * sub * d);
+    if (sub > 0 && copies) f(sub_means_bf16_, rows * sub * d);
   }
 
   template <KvStorage T>
