@@ -83,12 +83,20 @@ inline constexpr GgmlTypeRow kGgmlTypes[] = {
 };
 // clang-format on
 
+/// The position of type number `number` in kGgmlTypes, or the table's size when it has no row.
+/// (Positions, not pointers compared with null: GCC under UBSan does not take such a comparison
+/// as a constant expression.)
+constexpr std::size_t ggml_type_index(std::uint32_t number) {
+  for (std::size_t i = 0; i < std::size(kGgmlTypes); ++i) {
+    if (static_cast<std::uint32_t>(kGgmlTypes[i].type) == number) return i;
+  }
+  return std::size(kGgmlTypes);
+}
+
 /// The row of type number `number`, or nullptr.
 constexpr const GgmlTypeRow* find_ggml_type(std::uint32_t number) {
-  for (const GgmlTypeRow& row : kGgmlTypes) {
-    if (static_cast<std::uint32_t>(row.type) == number) return &row;
-  }
-  return nullptr;
+  const std::size_t i = ggml_type_index(number);
+  return i < std::size(kGgmlTypes) ? &kGgmlTypes[i] : nullptr;
 }
 constexpr const GgmlTypeRow* find_ggml_type(GgmlType type) {
   return find_ggml_type(static_cast<std::uint32_t>(type));
@@ -101,9 +109,10 @@ constexpr std::size_t row_index(const GgmlTypeRow& row) {
 
 /// The row of a type the kernels name at compile time (a type without a row does not compile).
 constexpr const GgmlTypeRow& ggml_type_row(GgmlType type) {
-  const GgmlTypeRow* row = find_ggml_type(type);
-  if (row == nullptr) throw std::logic_error("amc::ggml_type_row: a type without a row");
-  return *row;
+  const std::size_t i = ggml_type_index(static_cast<std::uint32_t>(type));
+  if (i == std::size(kGgmlTypes))
+    throw std::logic_error("amc::ggml_type_row: a type without a row");
+  return kGgmlTypes[i];
 }
 
 /// Elements and bytes of one block of `type`, for the kernels.

@@ -38,6 +38,12 @@
 #include "amc/storage.hpp"
 
 namespace amc::weight_kernels {
+
+/// Whether a kernel variable template's specialization (decltype of it) names a kernel: those
+/// without one keep the primary template's type, std::nullptr_t. A type, not a comparison with
+/// null: the address of a function is no constant expression to GCC under UBSan.
+template <class Kernel>
+inline constexpr bool is_kernel = !std::is_null_pointer_v<std::remove_cv_t<Kernel>>;
 namespace {
 
 using u8 = std::uint8_t;

@@ -237,11 +237,11 @@ void q6_k(const std::byte* in_bytes, Out* __restrict out, std::size_t blocks) {
   }
 }
 
-/// The plain loops of each type that has a dequantization, null for the others: a row of
-/// src/ggml_types.hpp says kDequantize exactly when its type has one here (checked by
-/// weight_kernels_make_table.hpp).
+/// The plain loops of each type that has a dequantization (std::nullptr_t for the others,
+/// is_kernel): a row of src/ggml_types.hpp says kDequantize exactly when its type has one here
+/// (checked by weight_kernels_make_table.hpp).
 template <GgmlType T, class Out>
-inline constexpr DequantizeKernel<Out> plain_dequantize = nullptr;
+inline constexpr std::nullptr_t plain_dequantize = nullptr;
 template <class Out>
 inline constexpr DequantizeKernel<Out> plain_dequantize<GgmlType::F32, Out> = plain_f32<Out>;
 template <class Out>
@@ -265,9 +265,10 @@ inline constexpr DequantizeKernel<Out> plain_dequantize<GgmlType::Q5_K, Out> = q
 template <class Out>
 inline constexpr DequantizeKernel<Out> plain_dequantize<GgmlType::Q6_K, Out> = q6_k<Out>;
 
-/// The instruction set's own kernel of a type where it has one (the AVX2 ones below), else null.
+/// The instruction set's own kernel of a type where it has one (the AVX2 ones below; else
+/// std::nullptr_t, is_kernel).
 template <GgmlType T, class Out>
-inline constexpr DequantizeKernel<Out> simd_dequantize = nullptr;
+inline constexpr std::nullptr_t simd_dequantize = nullptr;
 
 #if defined(__AVX2__) && defined(__FMA__)
 // --- AVX2 ------------------------------------------------------------------------------------
@@ -508,7 +509,7 @@ inline constexpr DequantizeKernel<Out> simd_dequantize<GgmlType::Q6_K, Out> = q6
 /// plain loops (compiled with the set's flags).
 template <GgmlType T, class Out>
 consteval DequantizeKernel<Out> dequantize_kernel() {
-  if constexpr (simd_dequantize<T, Out> != nullptr) {
+  if constexpr (is_kernel<decltype(simd_dequantize<T, Out>)>) {
     return simd_dequantize<T, Out>;
   } else {
     return plain_dequantize<T, Out>;

@@ -259,9 +259,10 @@ float dot_by_chunks(const float* __restrict x, const std::byte* in, std::size_t 
   return acc[0];
 }
 
-/// The instruction set's fused kernel of a type (decoded in registers), or null.
+/// The instruction set's fused kernel of a type (decoded in registers; else std::nullptr_t,
+/// is_kernel).
 template <GgmlType T>
-inline constexpr QuantizedDotKernel fused_dot = nullptr;
+inline constexpr std::nullptr_t fused_dot = nullptr;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__F16C__)
 template <>
 inline constexpr QuantizedDotKernel fused_dot<GgmlType::Q8_0> = q8_0_dot_avx512;
@@ -288,7 +289,7 @@ inline constexpr QuantizedDotKernel fused_dot<GgmlType::Q4_1> = q4_1_dot_neon;
 /// The table's dot with f32 activations for T: its fused kernel where it has one, else by chunks.
 template <GgmlType T>
 consteval QuantizedDotKernel f32_dot_kernel() {
-  if constexpr (fused_dot<T> != nullptr) {
+  if constexpr (is_kernel<decltype(fused_dot<T>)>) {
     return fused_dot<T>;
   } else {
     return dot_by_chunks<T>;

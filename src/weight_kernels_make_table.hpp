@@ -24,7 +24,7 @@ template <std::size_t I>
 void add_row(Table& table) {
   constexpr GgmlType type = kGgmlTypes[I].type;
   constexpr bool dequantizes = kGgmlTypes[I].has(kDequantize);
-  static_assert(dequantizes == (plain_dequantize<type, float> != nullptr),
+  static_assert(dequantizes == is_kernel<decltype(plain_dequantize<type, float>)>,
                 "src/ggml_types.hpp: a row's kDequantize and the type's plain_dequantize disagree");
   if constexpr (dequantizes) {
     table.to_f32[I] = dequantize_kernel<type, float>();
