@@ -14,7 +14,12 @@
 //   prefill at 512 and 2K    FLOP/s (matrix products and attention) vs Eigen's GEMM, >= 0.75;
 //   decode at 16K            tokens/s vs bandwidth / (weight + KV bytes per token), dense, >= 0.8;
 //   64K and 128K             sparse vs dense decode tokens/s (B 32, k 16, sinks 4, window 64,
-//                            mean-pooled, per group as in amc-bench; per head too), >= 1.5x, 2x.
+//                            mean-pooled, per group as in amc-bench; per head too), >= 1.5x, 2x;
+//   speculative decoding     at each of --verify-depths: a dense step, a sparse draft step (the
+//                            same sparse settings) and a verify pass of --draft-tokens + 1
+//                            positions, in dense steps, and the speed they give at acceptances
+//                            a (THEORY.md, section 10: (1 - a^(g+1)) / (1 - a) tokens per
+//                            cycle of g draft steps and one verify pass).
 // Long contexts fill the KV cache with random values (Session::fill_random_cache) instead of a
 // prefill.
 //
@@ -23,13 +28,15 @@
 // several rounds, and the median ratio is reported. Not a test: it prints, asserts nothing.
 //
 //   amc-bench-qwen2 [--model DIR] [--threads 2] [--steps 8] [--rounds 5] [--skip-long]
-//                   [--synth-shape qwen2-0.5b|tiny]
+//                   [--synth-shape qwen2-0.5b|tiny] [--verify-depths 16384,32768
+//                   [--draft-tokens 4] [--only-verify]]
 //   (DIR defaults to build/bench-qwen2-0.5b, written by the synthetic writer when absent)
 #include <CLI/CLI.hpp>
 #include <amc/amc.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -174,14 +181,88 @@ amc::SparseConfig perf_config(amc::SelectionScope scope) {
   return c;
 }
 
+/// Speculative decoding's costs at each depth, in dense decode steps measured in the same
+/// rounds: a sparse draft step (perf_config, per group), a verify pass of g + 1 positions with
+/// the truncations of a cycle, and the speedup E / (g s + v) they give at a few acceptances.
+/// Contexts are random caches (fill_random_cache); every cycle truncates back to the depth.
+void speculative_costs(const Checkpoint& checkpoint, const SessionOptions& dense_options,
+                       const std::vector<std::int64_t>& depths, std::int64_t g, int steps,
+                       int rounds) {
+  const std::int64_t vocab = checkpoint.config().vocab_size;
+  for (const std::int64_t n : depths) {
+    SessionOptions sparse_options = dense_options;
+    sparse_options.attention = perf_config(amc::SelectionScope::per_group);
+    Session dense(checkpoint, dense_options), sparse(checkpoint, sparse_options);
+    for (Session* s : {&dense, &sparse}) {
+      s->reserve(n + g + steps + 2);
+      s->fill_random_cache(n, 99);
+    }
+    std::vector<float> logits(static_cast<std::size_t>(vocab));
+    std::vector<float> verify_logits(static_cast<std::size_t>((g + 1) * vocab));
+    std::vector<std::int32_t> verified(static_cast<std::size_t>(g + 1));
+    for (std::int64_t i = 0; i <= g; ++i)
+      verified[static_cast<std::size_t>(i)] = 100 + static_cast<std::int32_t>(i);
+    // Each measurement returns to depth n, so every round sees the same context.
+    const auto dense_step = [&] {
+      const double t = time_of([&] {
+        for (int i = 0; i < steps; ++i) dense.decode(100 + i, logits);
+      });
+      dense.truncate(n);
+      return t / steps;
+    };
+    const auto draft_step = [&] {
+      const double t = time_of([&] {
+        for (int i = 0; i < steps; ++i) sparse.decode(100 + i, logits);
+      });
+      sparse.truncate(n);
+      return t / steps;
+    };
+    const auto verify_pass = [&] {
+      const double t = time_of([&] {
+        for (int i = 0; i < steps; ++i) {
+          sparse.verify(verified, verify_logits);
+          sparse.truncate(n + 1);  // a cycle keeps what it accepted ...
+          sparse.truncate(n);      // ... and the next one starts where this one did
+        }
+      });
+      return t / steps;
+    };
+    dense_step(), draft_step(), verify_pass();  // warm-up
+    std::vector<double> dense_ms, draft_ratio, verify_ratio;
+    for (int r = 0; r < rounds; ++r) {
+      const double d = dense_step();
+      const double s = draft_step();
+      const double v = verify_pass();
+      dense_ms.push_back(d * 1e3);
+      draft_ratio.push_back(s / d);
+      verify_ratio.push_back(v / d);
+    }
+    const double s = median(draft_ratio), v = median(verify_ratio);
+    std::printf(
+        "speculative at %lld positions, %lld drafts: dense step %.2f ms; draft step %.3f of "
+        "it, verify pass of %lld positions %.3f; speedup at acceptance",
+        static_cast<long long>(n), static_cast<long long>(g), median(dense_ms), s,
+        static_cast<long long>(g + 1), v);
+    for (const double a : {0.80, 0.90, 0.95, 1.0}) {
+      const double tokens = a == 1.0 ? static_cast<double>(g + 1)
+                                     : (1.0 - std::pow(a, static_cast<double>(g + 1))) / (1.0 - a);
+      std::printf(" %.2f: %.2fx", a, tokens / (static_cast<double>(g) * s + v));
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"amc-bench-qwen2: end-to-end speed of the Qwen2 reference transformer"};
   std::string model = "build/bench-qwen2-0.5b", shape = "qwen2-0.5b";
   int threads = 2, steps = 8, rounds = 5;
-  bool skip_long = false;
-  std::string weight_dtype = "auto";
+  bool skip_long = false, only_verify = false;
+  std::string weight_dtype = "auto", activations = "f32";
+  std::vector<std::int64_t> verify_depths;
+  std::int64_t draft_tokens = 4;
   app.add_option("--model", model,
                  "checkpoint directory (written synthetically when absent) or GGUF file");
   app.add_option("--weight-dtype", weight_dtype,
@@ -193,14 +274,23 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "measurement rounds (medians are reported)")
       ->check(CLI::Range(1, 100));
   app.add_flag("--skip-long", skip_long, "skip the 64K and 128K contexts");
+  app.add_option("--verify-depths", verify_depths,
+                 "contexts at which to time a draft step and a verify pass (none by default)")
+      ->delimiter(',');
+  app.add_option("--draft-tokens", draft_tokens, "drafted tokens per verify pass")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{64}));
+  app.add_flag("--only-verify", only_verify, "only the speculative decoding measurements");
+  app.add_option("--activations", activations, "with --weight-dtype stored: f32 or int8")
+      ->check(CLI::IsMember({"f32", "int8"}));
   app.add_option("--synth-shape", shape,
                  "shape of the synthetic checkpoint written when DIR has none")
       ->check(CLI::IsMember({"tiny", "qwen2-0.5b"}));
   CLI11_PARSE(app, argc, argv);
 
   const LoadOptions load_options =
-      weight_dtype == "stored" ? LoadOptions{.keep_blocks = true}
-                               : LoadOptions{.weight_dtype = parse_weight_dtype(weight_dtype)};
+      weight_dtype == "stored"
+          ? LoadOptions{.keep_blocks = true, .interleave_rows = activations == "int8"}
+          : LoadOptions{.weight_dtype = parse_weight_dtype(weight_dtype)};
   if (!is_gguf_file(model) &&
       !std::filesystem::exists(std::filesystem::path(model) / "config.json")) {
     std::printf("writing a synthetic %s-shaped bf16 checkpoint to %s ...\n", shape.c_str(),
@@ -226,7 +316,12 @@ int main(int argc, char** argv) {
 
   SessionOptions dense_options;
   dense_options.threads = threads;
+  dense_options.activations = parse_activations(activations, "--activations");
   std::vector<float> logits(static_cast<std::size_t>(cfg.vocab_size));
+  if (only_verify) {
+    speculative_costs(checkpoint, dense_options, verify_depths, draft_tokens, steps, rounds);
+    return 0;
+  }
 
   // Decode at short context: rounds of (read bandwidth, decode steps), with the weights as
   // loaded (huge pages unless the kernel refused them) and, interleaved, in place in the
@@ -386,5 +481,6 @@ int main(int argc, char** argv) {
       }
     }
   }
+  speculative_costs(checkpoint, dense_options, verify_depths, draft_tokens, steps, rounds);
   return 0;
 }

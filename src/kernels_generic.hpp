@@ -1,7 +1,8 @@
 // The kernel algorithms, written once over a primitive-operations policy `Ops`:
 //   Ops::name, Ops::kLanes,
 //   Ops::dot<T>(q, x, n), Ops::axpy(alpha, x, y, n) (f32 x), Ops::load<T>(x, y, n),
-//   optionally Ops::dot_ahead<T>(q, x, n, ahead),
+//   optionally Ops::dot_ahead<T>(q, x, n, ahead) and Ops::dot_positions<T>(q, q_stride, count,
+//   x, n, ahead, out),
 //   Ops::max(x, n), Ops::exp_sum(x, n, shift), Ops::scale(y, alpha, n),
 //   Ops::first_above(x, n, threshold).
 // Included by one translation unit per instruction set (kernels_scalar.cpp, kernels_sse2.cpp,
@@ -28,6 +29,21 @@ float dot_ahead_entry(const float* q, const void* x, std::int64_t n, const void*
     return Ops::template dot_ahead<T>(q, static_cast<const T*>(x), n, ahead);
   } else {
     return Ops::template dot<T>(q, static_cast<const T*>(x), n);
+  }
+}
+
+template <class Ops, KvStorage T>
+void dot_positions_entry(const float* q, std::int64_t q_stride, std::int64_t count, const void* x,
+                         std::int64_t n, const void* ahead, float* out) {
+  if constexpr (requires {
+                  Ops::template dot_positions<T>(q, q_stride, count, static_cast<const T*>(x), n,
+                                                 ahead, out);
+                }) {
+    Ops::template dot_positions<T>(q, q_stride, count, static_cast<const T*>(x), n, ahead, out);
+  } else {
+    for (std::int64_t t = 0; t < count; ++t) {
+      out[t] = dot_ahead_entry<Ops, T>(q + t * q_stride, x, n, t == 0 ? ahead : nullptr);
+    }
   }
 }
 
@@ -228,6 +244,7 @@ KernelTable make_table() {
     const std::size_t i = index_of(storage_type_of<T>);
     table.dot[i] = &dot_entry<Ops, T>;
     table.dot_ahead[i] = &dot_ahead_entry<Ops, T>;
+    table.dot_positions[i] = &dot_positions_entry<Ops, T>;
     table.axpy[i] = &axpy_entry<Ops, T>;
     table.load[i] = &load_entry<Ops, T>;
     // An instruction set may bring its own blocked versions of the fused kernels.

@@ -76,6 +76,94 @@ struct SimdOps {
     return horizontal_sum<Arch>(acc0 + acc1) + ScalarOps::dot<T>(q + i, x + i, n - i);
   }
 
+  /// Most positions dot_positions multiplies at once: 2 accumulators each, 12 registers of 16
+  /// on AVX2 beside the two x vectors.
+  static constexpr std::int64_t kPositionGroup = 6;
+
+  /// dot_ahead for P vectors q + p * q_stride sharing x: the same operations per position in
+  /// the same order, interleaved.
+  template <KvStorage T, int P>
+  static void dot_group(const float* q, std::int64_t q_stride, const T* x, std::int64_t n,
+                        const void* ahead, float* out) {
+    constexpr std::int64_t kStepBytes = 2 * W * static_cast<std::int64_t>(sizeof(T));
+    const auto* ahead_bytes = static_cast<const char*>(ahead);
+    Batch acc0[P], acc1[P];
+    for (int p = 0; p < P; ++p) acc0[p] = acc1[p] = Batch(0.0f);
+    std::int64_t i = 0;
+    for (; i + 2 * W <= n; i += 2 * W) {
+      if (ahead_bytes != nullptr) {
+        const std::int64_t offset = i * static_cast<std::int64_t>(sizeof(T));
+        if constexpr (kStepBytes >= 64) {
+          for (std::int64_t b = 0; b < kStepBytes; b += 64)
+            prefetch_line_l2(ahead_bytes + offset + b);
+        } else if (offset % 64 == 0) {
+          prefetch_line_l2(ahead_bytes + offset);
+        }
+      }
+      const Batch x0 = load_f32<Arch>(x + i), x1 = load_f32<Arch>(x + i + W);
+      for (int p = 0; p < P; ++p) {
+        const float* qp = q + p * q_stride;
+        acc0[p] = xsimd::fma(Batch::load_unaligned(qp + i), x0, acc0[p]);
+        acc1[p] = xsimd::fma(Batch::load_unaligned(qp + i + W), x1, acc1[p]);
+      }
+    }
+    if (ahead_bytes != nullptr) {
+      const auto end = n * static_cast<std::int64_t>(sizeof(T));
+      for (std::int64_t b = i * static_cast<std::int64_t>(sizeof(T)); b < end; b += 64)
+        prefetch_line_l2(ahead_bytes + b);
+      if (end > 0) prefetch_line_l2(ahead_bytes + end - 1);
+    }
+    for (; i + W <= n; i += W) {
+      const Batch x0 = load_f32<Arch>(x + i);
+      for (int p = 0; p < P; ++p) {
+        acc0[p] = xsimd::fma(Batch::load_unaligned(q + p * q_stride + i), x0, acc0[p]);
+      }
+    }
+    for (int p = 0; p < P; ++p) {
+      const float* qp = q + p * q_stride;
+      out[p] = horizontal_sum<Arch>(acc0[p] + acc1[p]) + ScalarOps::dot<T>(qp + i, x + i, n - i);
+    }
+  }
+
+  /// KernelTable::dot_positions: dot_ahead's loop for up to kPositionGroup vectors at once,
+  /// each x vector loaded (and widened) once and multiplied with every position's q. Each
+  /// position keeps dot_ahead's two accumulators, steps, tail and final sums, so its result is
+  /// dot_ahead's bit for bit; the positions' independent FMA chains fill the pipeline that one
+  /// dot's two chains leave idle.
+  template <KvStorage T>
+  static void dot_positions(const float* q, std::int64_t q_stride, std::int64_t count, const T* x,
+                            std::int64_t n, const void* ahead, float* out) {
+    // Groups of nearly equal size (7 = 4 + 3, not 6 + 1: a group of one runs at one dot's
+    // latency-bound pace).
+    for (std::int64_t t = 0; t < count;) {
+      const std::int64_t groups_left = (count - t + kPositionGroup - 1) / kPositionGroup;
+      const std::int64_t size = (count - t + groups_left - 1) / groups_left;
+      const float* qt = q + t * q_stride;
+      const void* row_ahead = t == 0 ? ahead : nullptr;
+      switch (size) {
+        case 6:
+          dot_group<T, 6>(qt, q_stride, x, n, row_ahead, out + t);
+          break;
+        case 5:
+          dot_group<T, 5>(qt, q_stride, x, n, row_ahead, out + t);
+          break;
+        case 4:
+          dot_group<T, 4>(qt, q_stride, x, n, row_ahead, out + t);
+          break;
+        case 3:
+          dot_group<T, 3>(qt, q_stride, x, n, row_ahead, out + t);
+          break;
+        case 2:
+          dot_group<T, 2>(qt, q_stride, x, n, row_ahead, out + t);
+          break;
+        default:
+          out[t] = dot_ahead<T>(qt, x, n, row_ahead);
+          break;
+      }
+      t += size;
+    }
+  }
+
   static void axpy(float alpha, const float* x, float* y, std::int64_t n) {
     const Batch a(alpha);
     std::int64_t i = 0;

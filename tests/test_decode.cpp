@@ -1,6 +1,9 @@
 // Dense and block-sparse decode against a double-precision reference, over strided and paged
-// views, f32/bf16/f16 storage and GQA groups of 1, 2, 7 and 8 query heads.
+// views, f32/bf16/f16 storage and GQA groups of 1, 2, 7 and 8 query heads; causal decode of
+// several positions against dense decode at each, bit for bit.
 #include <cmath>
+#include <cstring>
+#include <span>
 #include <vector>
 
 #include "amc/amc.hpp"
@@ -273,4 +276,100 @@ TEST_CASE("decode_support over explicit ranges", "[decode]") {
                                                cache.values_f, cache.stride, positions, 0.125);
     REQUIRE(test::max_relative_error(out.row(h).data(), ref.out) < 2e-5);
   }
+}
+
+namespace {
+
+/// The first `m` positions of `cache` as a contiguous view and as a paged one.
+template <KvStorage T>
+KvView<T> prefix_view(const test::TestCache<T>& cache, std::int64_t m) {
+  return KvView<T>(cache.keys.data(), cache.values.data(), m, cache.head_dim, cache.stride,
+                   cache.stride);
+}
+template <KvStorage T>
+PagedKvView<T> prefix_paged(const test::TestCache<T>& cache, std::int64_t m) {
+  const std::int64_t pages = (m + cache.page_size - 1) / cache.page_size;
+  const std::int64_t last = m == 0 ? 0 : m - (pages - 1) * cache.page_size;
+  return PagedKvView<T>(cache.key_pool.data(), cache.value_pool.data(), cache.pool_rows,
+                        cache.head_dim,
+                        std::span(cache.page_table).first(static_cast<std::size_t>(pages)),
+                        cache.page_size, last, cache.stride, cache.stride);
+}
+
+bool same_bits(const float* a, const float* b, std::int64_t n) {
+  return std::memcmp(a, b, static_cast<std::size_t>(n) * sizeof(float)) == 0;
+}
+
+/// CausalDenseDecode over the whole cache against DenseDecode over each position's prefix:
+/// every output row and lse bit for bit.
+template <KvStorage T, class MakeView>
+void check_causal(const test::TestCache<T>& cache, std::int64_t heads, std::int64_t positions,
+                  MakeView make_view) {
+  const RowMatrix queries = random_queries(positions * heads, cache.head_dim);
+  RowMatrix out;
+  std::vector<HeadResult> results;
+  CausalDenseDecode causal;
+  out.setConstant(queries.rows(), queries.cols(), std::nanf(""));
+  results.assign(static_cast<std::size_t>(queries.rows()), HeadResult{});
+  const auto whole = make_view(cache.positions);
+  causal.decode(queries, positions, KvHead<decltype(whole)>{whole, nullptr}, out, results);
+  DenseDecode dense;
+  for (std::int64_t t = 0; t < positions; ++t) {
+    const std::int64_t prefix = cache.positions - (positions - 1 - t);
+    CAPTURE(t, prefix);
+    const RowMatrix q = queries.middleRows(t * heads, heads);
+    RowMatrix want;
+    std::vector<HeadResult> want_results;
+    run<T>(dense, q, make_view(prefix), nullptr, want, want_results);
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const auto& got = results[static_cast<std::size_t>(t * heads + h)];
+      const auto& expected = want_results[static_cast<std::size_t>(h)];
+      REQUIRE(same_bits(out.row(t * heads + h).data(), want.row(h).data(), cache.head_dim));
+      REQUIRE(std::memcmp(&got.lse, &expected.lse, sizeof(float)) == 0);
+      REQUIRE(got.positions_read == prefix);
+      REQUIRE(got.finite);
+    }
+  }
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("causal dense decode of several positions is dense decode at each, bit for bit",
+                   "[decode][speculative]", float, amc::bf16, amc::f16) {
+  using T = TestType;
+  for (std::int64_t heads : {1, 3, 7}) {
+    for (std::int64_t head_dim : {64, 24}) {
+      // Lengths around the kernels' chunk of 32 and a page of 40 (not a multiple of it).
+      for (std::int64_t n : {1, 9, 31, 32, 33, 64, 70, 300, 1029}) {
+        for (std::int64_t positions : {1, 2, 5, 9}) {
+          if (positions > n) continue;
+          CAPTURE(test::storage_name<T>(), heads, head_dim, n, positions);
+          const test::TestCache<T> cache(n, head_dim, 40);
+          check_causal(cache, heads, positions,
+                       [&](std::int64_t m) { return prefix_view(cache, m); });
+          check_causal(cache, heads, positions,
+                       [&](std::int64_t m) { return prefix_paged(cache, m); });
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("causal dense decode refuses shapes it cannot attend", "[decode][speculative]") {
+  const test::TestCache<float> cache(4, 16);
+  const RowMatrix queries = random_queries(6, 16);
+  RowMatrix out(6, 16);
+  std::vector<HeadResult> results(6);
+  CausalDenseDecode causal;
+  const KvHead<KvView<float>> head{cache.view(), nullptr};
+  CHECK_THROWS_WITH(causal.decode(queries, 4, head, out, results),
+                    Catch::Matchers::Contains("amc::CausalDenseDecode::decode") &&
+                        Catch::Matchers::Contains("divide the 6 query rows, got 4"));
+  CHECK_THROWS_WITH(causal.decode(queries, 0, head, out, results),
+                    Catch::Matchers::Contains("positions must be >= 1"));
+  const test::TestCache<float> short_cache(2, 16);
+  CHECK_THROWS_WITH(
+      causal.decode(queries, 3, KvHead<KvView<float>>{short_cache.view(), nullptr}, out, results),
+      Catch::Matchers::Contains("fewer than the 3 query positions"));
+  CHECK_THROWS_WITH(CausalDenseDecode(-1.0f), Catch::Matchers::Contains("scale must be positive"));
 }

@@ -24,6 +24,7 @@
 #include "catch.hpp"
 #include "transformer/checkpoint.hpp"
 #include "transformer/config.hpp"
+#include "transformer/generate.hpp"
 #include "transformer/linear.hpp"
 #include "transformer/model.hpp"
 #include "transformer/session_flags.hpp"
@@ -597,4 +598,55 @@ TEST_CASE("--activations int8, and q8, its old name", "[gguf]") {
   }
   flags.activations = "f32";
   CHECK_FALSE(flags.load_options().interleave_rows);
+}
+
+TEST_CASE("stored blocks with f32 and int8 activations: speculative tokens are dense decoding's",
+          "[gguf][speculative]") {
+  TempDir dir("gguf_speculative");
+  // head_dim 64, groups of 3; an intermediate size of whole blocks of 32 (Q8_0, Q4_0).
+  SynthSpec spec = amc::transformer::test::wide_spec(amc::StorageType::f32, 53);
+  spec.config.intermediate_size = 256;
+  write_synthetic_checkpoint(dir / "st", spec);
+  for (const Storage storage : {Storage::q8_0, Storage::q4_0}) {
+    const Converted files =
+        convert(dir / "st", dir / (storage == Storage::q8_0 ? "q8" : "q4"), storage);
+    for (const bool interleave : {false, true}) {
+      const Checkpoint kept =
+          Checkpoint::load(files.gguf, {.keep_blocks = true, .interleave_rows = interleave});
+      REQUIRE(kept.blocks_kept());
+      const std::int64_t vocab = kept.config().vocab_size;
+      const std::vector<std::int32_t> prompt = amc::transformer::test::prompt_ids(41, vocab, 17);
+      for (const Activations activations : {Activations::f32, Activations::int8}) {
+        for (const int threads : {1, 2}) {
+          INFO("storage " << static_cast<int>(storage) << ", interleaved " << interleave
+                          << ", activations " << to_string(activations) << ", threads " << threads);
+          SessionOptions dense_options;
+          dense_options.activations = activations;
+          dense_options.threads = threads;
+          SessionOptions draft_options = dense_options;
+          amc::SparseConfig draft;
+          draft.block_size = 8;
+          draft.top_k = 1;
+          draft.sinks = 1;
+          draft.window = 4;
+          draft_options.attention = draft;
+          GenerationOptions g;
+          g.max_tokens = 48;
+          g.keep_logits = true;
+          Session dense_session(kept, dense_options);
+          const GenerationResult dense = generate(dense_session, prompt, g);
+          g.decoding = Decoding::speculative;
+          g.speculation.draft_tokens = 4;
+          Session speculative_session(kept, draft_options);
+          const GenerationResult speculative = generate(speculative_session, prompt, g);
+          REQUIRE(speculative.tokens.size() == dense.tokens.size());
+          for (std::size_t i = 0; i < dense.tokens.size(); ++i)
+            CHECK(speculative.tokens[i].token == dense.tokens[i].token);
+          CHECK(std::memcmp(speculative.logits.data(), dense.logits.data(),
+                            dense.logits.size() * sizeof(float)) == 0);
+          CHECK(speculative.verify_passes < 47);  // drafts were kept: the verify passes batched
+        }
+      }
+    }
+  }
 }

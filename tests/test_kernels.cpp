@@ -62,6 +62,20 @@ void check_storage_kernels(const KernelTable& table) {
       const std::vector<float> other_row(static_cast<std::size_t>(n + 2));
       REQUIRE(same_bits(table.dot_ahead[s](q, x, n, other_row.data() + 1), product));
       REQUIRE(same_bits(table.dot_ahead[s](q, x, n, nullptr), product));
+      // dot_positions: the same x against several q vectors, each product dot's bit for bit
+      // (every group size of its kernels, and groups of unequal size).
+      for (const std::int64_t count : {1, 2, 3, 4, 5, 6, 7, 8, 13}) {
+        CAPTURE(count);
+        const std::int64_t q_stride = n + 3;
+        const auto qs = test::random_floats(static_cast<std::size_t>(count * q_stride + offset));
+        std::vector<float> products(static_cast<std::size_t>(count), std::nanf(""));
+        table.dot_positions[s](qs.data() + offset, q_stride, count, x, n, other_row.data() + 1,
+                               products.data());
+        for (std::int64_t t = 0; t < count; ++t) {
+          const float* qt = qs.data() + offset + t * q_stride;
+          REQUIRE(same_bits(products[static_cast<std::size_t>(t)], table.dot[s](qt, x, n)));
+        }
+      }
 
       std::vector<float> y_buffer = test::random_floats(static_cast<std::size_t>(n + offset));
       std::vector<float> y_before(y_buffer);

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -28,6 +29,10 @@
 namespace {
 
 using namespace amc::transformer;
+
+#ifndef AMC_TEST_SPECULATIVE_TOKENS
+#define AMC_TEST_SPECULATIVE_TOKENS 128  // tokens per speculative run (fewer under the sanitizers)
+#endif
 
 const std::filesystem::path kModel = AMC_REAL_MODEL_FILE;
 
@@ -289,4 +294,59 @@ TEST_CASE("SmolLM2 with int8 activations on its stored blocks stays near the f32
   CHECK(worst > 0.0);  // the activations are rounded: not the f32 products
   CHECK(worst <= 0.05);
   CHECK(same_picks >= 15);
+}
+
+TEST_CASE("SmolLM2: speculative decoding gives dense decoding's tokens and logits",
+          "[real][speculative]") {
+  // bf16 weights (the default) with a twostage/bound draft (the study's best rule), and the
+  // stored Q4_1 blocks with int8 activations on 2 threads with a mean-pooled draft.
+  const Checkpoint stored =
+      Checkpoint::load(model_file(), {.keep_blocks = true, .interleave_rows = true});
+  const std::vector<std::vector<std::int32_t>> prompts{
+      harbour_prompt(),
+      tokenizer().encode("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n")};
+  amc::SparseConfig twostage;
+  twostage.block_size = 16;
+  twostage.top_k = 2;
+  twostage.sinks = 4;
+  twostage.window = 16;
+  twostage.rule = amc::RuleName::two_stage;
+  twostage.rule_settings.set("shortlist_rule", amc::RuleName::channel_bound);
+  amc::SparseConfig mean = twostage;
+  mean.rule = amc::RuleName::mean_pooled;
+  mean.rule_settings = {};
+  struct Case {
+    const char* name;
+    const Checkpoint* checkpoint;
+    SessionOptions options;
+    amc::SparseConfig draft;
+  };
+  const std::vector<Case> cases{
+      {"bf16, 1 thread, twostage/bound drafts", &checkpoint(), SessionOptions{}, twostage},
+      {"stored, int8, 2 threads, mean drafts", &stored, two_threads(Activations::int8), mean}};
+  for (const Case& c : cases) {
+    for (const auto& prompt : prompts) {
+      INFO(c.name << ", prompt of " << prompt.size() << " tokens");
+      GenerationOptions g;
+      g.max_tokens = AMC_TEST_SPECULATIVE_TOKENS;
+      g.keep_logits = true;
+      Session dense_session(*c.checkpoint, c.options);
+      const GenerationResult dense = generate(dense_session, prompt, g);
+      SessionOptions o = c.options;
+      o.attention = c.draft;
+      Session session(*c.checkpoint, o);
+      g.decoding = Decoding::speculative;
+      g.speculation.draft_tokens = 5;
+      const GenerationResult got = generate(session, prompt, g);
+      REQUIRE(got.tokens.size() == dense.tokens.size());
+      bool same = true;
+      for (std::size_t i = 0; i < dense.tokens.size(); ++i)
+        same = same && got.tokens[i].token == dense.tokens[i].token;
+      CHECK(same);
+      CHECK(std::memcmp(got.logits.data(), dense.logits.data(),
+                        dense.logits.size() * sizeof(float)) == 0);
+      INFO("tokens per verify pass " << got.tokens_per_verify());
+      CHECK(got.tokens_per_verify() > 1.0);
+    }
+  }
 }

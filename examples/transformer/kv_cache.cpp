@@ -165,10 +165,16 @@ void KvCache::truncate(std::int64_t positions) {
   AMC_CHECK(positions >= 0 && positions <= positions_, "amc::transformer::KvCache::truncate",
             "positions must lie in [0, ", positions_, "] (the positions held), got ", positions);
   if (positions == positions_) return;
+  // Whole blocks past the cut are dropped and a block cut in two is read again from the stored
+  // keys (BlockSummaries::truncate): bitwise what appending only the kept positions gives, at a
+  // cost that does not grow with the cache (speculative decoding truncates after every verify).
+  for (std::int64_t l = 0; l < layers_ && !summaries_.empty(); ++l) {
+    for (std::int64_t h = 0; h < kv_heads_; ++h) {
+      visit_view(l, h, positions_,
+                 [&](const auto& kv) { summaries_[index(l, h)].truncate(kv, positions); });
+    }
+  }
   positions_ = positions;
-  // BlockSummaries has no truncation; a rebuild replays the same appends, so the result is
-  // bitwise what appending only the kept positions gives (O(positions * head_dim) per head).
-  if (!summaries_.empty()) rebuild_summaries();
 }
 
 void KvCache::set_summaries(std::int64_t block_size, SummaryOptions summaries) {

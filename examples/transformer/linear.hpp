@@ -28,6 +28,15 @@ void row_to_f32(const Matrix& w, std::int64_t r, float* out);
 void matvec(const Matrix& w, const float* x, const float* bias, std::int64_t begin,
             std::int64_t end, float* y);
 
+/// matvec for each of n positions: y[t * y_stride + r] = <x[t * x_stride], W[r]> (+ bias[r])
+/// for t < n and r in [begin, end), each bit for bit what matvec computes for that position
+/// alone. Rows of F32, BF16 or F16 are read once for all positions (KernelTable::dot_positions);
+/// rows of blocks go in runs of about 64 KB, each run multiplied with every position while it
+/// is in the core's cache.
+void matvec_positions(const Matrix& w, const float* x, std::int64_t x_stride, std::int64_t n,
+                      const float* bias, std::int64_t begin, std::int64_t end, float* y,
+                      std::int64_t y_stride);
+
 /// Weight matrices with the same number of columns stacked by rows, e.g. the q, k and v
 /// projections, which multiply the same input: one product fills [Q | K | V] side by side.
 struct Stack {
@@ -41,6 +50,11 @@ struct Stack {
 void matvec(const Stack& w, const float* x, const float* bias, std::int64_t begin, std::int64_t end,
             float* y);
 
+/// matvec_positions over stacked rows.
+void matvec_positions(const Stack& w, const float* x, std::int64_t x_stride, std::int64_t n,
+                      const float* bias, std::int64_t begin, std::int64_t end, float* y,
+                      std::int64_t y_stride);
+
 /// Whether some part of `w` is kept as blocks with an int8 activation kernel (Q8_0, Q4_0,
 /// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: amc::int8_dot_kernel; every block type amc keeps).
 bool has_int8_kernel(const Stack& w);
@@ -52,6 +66,14 @@ bool has_int8_kernel(const Stack& w);
 /// rows at a time: the same integer sums, the f32 steps in another order.
 void matvec_int8(const Stack& w, const float* x, const Int8Activations& xq, const float* bias,
                  std::int64_t begin, std::int64_t end, float* y);
+
+/// matvec_int8 for each of n positions (xq[t] the quantized x[t * x_stride]), each bit for bit
+/// matvec_int8's for that position alone: rows of blocks in runs of about 64 KB, each run
+/// multiplied with every position while it is in the core's cache; other rows as
+/// matvec_positions.
+void matvec_int8_positions(const Stack& w, const float* x, std::int64_t x_stride,
+                           std::span<const Int8Activations> xq, const float* bias,
+                           std::int64_t begin, std::int64_t end, float* y, std::int64_t y_stride);
 
 /// Y[t, r] = <X[t], W[r]> (+ bias[r]) for t < n and stacked rows r in [begin, end), as one
 /// GEMM on an f32 copy of those rows (f32 rows of a single matrix are used in place). Callers

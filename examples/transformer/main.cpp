@@ -1,18 +1,21 @@
-// amc-generate (alias amc-qwen2, its name before it ran three families): greedy generation with
-// the reference transformer, dense or block-sparse decode attention through amc, on a checkpoint
-// of any supported family (Qwen2ForCausalLM, Qwen3ForCausalLM, LlamaForCausalLM: config.json's
-// "architectures" says which) or a GGUF file (general.architecture llama, qwen2 or qwen3).
+// amc-generate (alias amc-qwen2, its former name): greedy generation with the reference
+// transformer, dense or block-sparse decode attention through amc, on a checkpoint of any
+// family of the family table (family.cpp: config.json's "architectures", or a GGUF file's
+// general.architecture, says which).
 //
 //   amc-generate --model DIR|FILE.gguf (--prompt TEXT | --prompt-ids 1,2,3) [-n 128]
 //             [--attention dense|sparse] [--block-size B --top-k K --sinks S --window W
-//             --scope head|group --rule RULE --combine sum|max
-//             --target-eps E --max-k K] [--threads N]
+//             --scope head|group --rule RULE --summary-precision f32|bf16 --combine sum|max
+//             --target-eps E --max-k K] [--decoding plain|speculative --draft-tokens N
+//             --draft-margin M] [--threads N]
 //             [--kv-dtype auto|bf16|f32] [--rope-angles auto|transformers|exact]
 //             [--json] [--retained-mass] [--logits-out FILE.safetensors] [--ignore-eos]
 //   amc-generate --model DIR --demo [--prompt TEXT] [sparse flags]
 //
 // --kv-dtype auto (the default) is the weights' dtype (bf16 for bf16 weights, f32 otherwise);
 // --rope-angles auto is config.json's "amc_rope_angles", else transformers' float32 angles.
+// --decoding speculative drafts up to --draft-tokens tokens per cycle with the sparse settings
+// and verifies them in one dense pass: the tokens are dense decoding's (generate.hpp).
 // Text goes to stdout as it is generated; timings to stderr. --json writes JSON lines instead:
 // {"prompt_ids": [...], and the resolved settings}, one object per generated token, then a
 // summary. Bad input (missing
@@ -38,6 +41,7 @@
 
 #include "checkpoint.hpp"
 #include "demo_prompt.hpp"
+#include "family.hpp"
 #include "generate.hpp"
 #include "model.hpp"
 #include "model_files.hpp"
@@ -55,6 +59,8 @@ struct Arguments {
   std::optional<std::string> prompt_ids;
   std::int64_t tokens = 128;
   std::string attention = "dense";
+  std::string decoding = "plain";
+  amc::transformer::Speculation speculation;
   amc::SparseConfig sparse;                ///< from the selection options (amc::cli::SparseOptions)
   amc::transformer::SessionFlags session;  ///< --threads, --kv-dtype, --weight-dtype, --rope-angles
   bool json = false, retained_mass = false, demo = false, ignore_eos = false;
@@ -191,10 +197,15 @@ int run_generate(const Arguments& a, const amc::transformer::Checkpoint& checkpo
                  const amc::transformer::Tokenizer* tokenizer,
                  const std::vector<std::int32_t>& prompt) {
   const std::int64_t vocab = checkpoint.config().vocab_size;
-  amc::transformer::Session session(checkpoint,
-                                    session_options(a, checkpoint, a.attention == "sparse"));
+  const bool speculative = a.decoding == "speculative";
+  // Speculation drafts with the sparse settings whatever --attention says (its verify passes
+  // are dense); a draft length of 0 drafts nothing.
+  const bool sparse = a.attention == "sparse" || (speculative && a.speculation.draft_tokens > 0);
+  amc::transformer::Session session(checkpoint, session_options(a, checkpoint, sparse));
   amc::transformer::GenerationOptions g;
   g.max_tokens = a.tokens;
+  g.decoding = amc::transformer::parse_decoding(a.decoding, "--decoding");
+  g.speculation = a.speculation;
   g.stop_token = a.ignore_eos ? -1 : checkpoint.config().eos_token_id;
   g.keep_logits = !a.logits_out.empty();
   if (a.json) {
@@ -229,19 +240,35 @@ int run_generate(const Arguments& a, const amc::transformer::Checkpoint& checkpo
         amc::make_tensor_to_write("logits", {steps, vocab}, std::span<const float>(result.logits));
     amc::write_safetensors(a.logits_out, std::span(&tensor, 1));
   }
+  // "dense attention", or "speculative decoding, drafts of <= 4 (sparse ...)".
+  const std::string decoding =
+      !speculative
+          ? a.attention + " attention"
+          : "speculative decoding, drafts of <= " + std::to_string(a.speculation.draft_tokens) +
+                " tokens, " + std::to_string(result.tokens_per_verify()).substr(0, 4) +
+                " tokens per verify pass";
   if (a.json) {
-    std::cout << dump(Json{{"tokens", ids},
-                           {"prefill_tokens_per_s", result.prefill_tokens_per_s()},
-                           {"decode_tokens_per_s", result.decode_tokens_per_s()}})
-              << '\n';
+    Json summary{{"tokens", ids},
+                 {"prefill_tokens_per_s", result.prefill_tokens_per_s()},
+                 {"decode_tokens_per_s", result.decode_tokens_per_s()},
+                 {"decoding", a.decoding}};
+    if (speculative) {
+      summary["draft_tokens"] = a.speculation.draft_tokens;
+      summary["draft_margin"] = json_number(a.speculation.min_draft_margin);
+      summary["draft_steps"] = result.draft_steps;
+      summary["accepted_drafts"] = result.accepted_drafts;
+      summary["verify_passes"] = result.verify_passes;
+      summary["tokens_per_verify"] = result.tokens_per_verify();
+    }
+    std::cout << dump(summary) << '\n';
   } else {
     std::cout << text.flush() << '\n';
     std::fprintf(
         stderr,
         "amc-generate: %zu tokens; prefill %lld tokens at %.1f tokens/s; decode %.2f "
-        "tokens/s (%s attention; %s; %s)\n",
+        "tokens/s (%s; %s; %s)\n",
         ids.size(), static_cast<long long>(result.prompt_tokens), result.prefill_tokens_per_s(),
-        result.decode_tokens_per_s(), a.attention.c_str(), describe_resolved(a, session).c_str(),
+        result.decode_tokens_per_s(), decoding.c_str(), describe_resolved(a, session).c_str(),
         std::string(amc::transformer::to_string(checkpoint.config().architecture)).c_str());
   }
   return 0;
@@ -371,6 +398,25 @@ int run_demo(const Arguments& a, const amc::transformer::Checkpoint& checkpoint,
   std::printf("decode tokens/s: dense %.2f, sparse %.2f (each run timed on its own)\n",
               results[0].decode_tokens_per_s(), results[1].decode_tokens_per_s());
 
+  // Speculative decoding: sparse drafts, dense verify passes, dense decoding's tokens.
+  {
+    amc::transformer::GenerationOptions speculative = g;
+    speculative.decoding = amc::transformer::Decoding::speculative;
+    speculative.speculation = a.speculation;
+    Arguments run = a;
+    run.retained_mass = false;
+    amc::transformer::Session session(checkpoint, session_options(run, checkpoint, true));
+    const GenerationResult r = amc::transformer::generate(session, prompt, speculative, nullptr);
+    bool same = r.tokens.size() == dense.size();
+    for (std::size_t i = 0; same && i < dense.size(); ++i)
+      same = r.tokens[i].token == dense[i].token;
+    std::printf(
+        "speculative decoding (drafts of up to %lld sparse tokens, one dense verify pass each): "
+        "%s dense decoding's tokens; %.2f tokens per verify pass; decode %.2f tokens/s\n",
+        static_cast<long long>(a.speculation.draft_tokens), same ? "exactly" : "NOT",
+        r.tokens_per_verify(), r.decode_tokens_per_s());
+  }
+
   // The softmax mass sparse decoding kept, measured apart: the sparse generation once more,
   // untimed, with a dense pass beside every sparse step (the same tokens: the dense pass only
   // reads).
@@ -471,9 +517,9 @@ int run(const Arguments& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "amc-generate: greedy generation with a Qwen2, Qwen3 or Llama checkpoint, dense or "
-      "block-sparse decode attention"};
+  CLI::App app{"amc-generate: greedy generation with a checkpoint of any supported family (" +
+               std::string(amc::transformer::known_class_names()) +
+               "), dense or block-sparse decode attention"};
   Arguments a;
   app.add_option("--model", a.model,
                  "checkpoint directory (config.json, model.safetensors, tokenizer.json) or GGUF "
@@ -488,6 +534,22 @@ int main(int argc, char** argv) {
   // --block-size, --top-k, --sinks, --window, --scope, --rule, --combine, --target-eps,
   // --max-k: the library's selection options (the scale is the model's).
   amc::cli::SparseOptions sparse_options(app, amc::SparseConfig{}, {"scale"});
+  app.add_option("--decoding", a.decoding,
+                 "plain: one decode step per token in the --attention given; speculative: tokens "
+                 "drafted with the sparse settings and verified in one dense pass per cycle, so "
+                 "that they are dense decoding's")
+      ->check(CLI::IsMember({"plain", "speculative"}))
+      ->capture_default_str();
+  app.add_option("--draft-tokens", a.speculation.draft_tokens,
+                 "with --decoding speculative: most tokens drafted per verify pass (0: each step "
+                 "a dense verify pass)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{64}))
+      ->capture_default_str();
+  app.add_option("--draft-margin", a.speculation.min_draft_margin,
+                 "with --decoding speculative: stop drafting after a token whose sparse logit "
+                 "margin is below this (0: never early)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   amc::transformer::add_session_flags(app, a.session);
   app.add_flag("--json", a.json, "JSON lines instead of text");
   app.add_flag("--retained-mass", a.retained_mass,

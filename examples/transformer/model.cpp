@@ -90,10 +90,12 @@ void apply_rope(float* x, std::int64_t half, const float* cos, const float* sin)
 }  // namespace
 
 struct Session::Impl {
-  /// Which attention a forward pass runs: prefill attends causally and densely over the cache
-  /// (flash-style, prefill_attention.hpp); decode runs the session's decode attention, dense or
-  /// sparse, through amc::LayerDecode.
-  enum class Pass : std::uint8_t { prefill, decode };
+  /// Which attention and products a forward pass runs: prefill attends causally and densely
+  /// over the cache (flash-style, prefill_attention.hpp) with GEMM projections; decode runs the
+  /// session's decode attention, dense or sparse, through amc::LayerDecode; verify runs dense
+  /// decode at each of its positions, every product and attention computed as a one-position
+  /// decode computes it (batch invariance, Session::verify).
+  enum class Pass : std::uint8_t { prefill, decode, verify };
 
   const Config& cfg;
   const Weights& w;
@@ -104,6 +106,14 @@ struct Session::Impl {
   // it). One layer object serves every model layer: its operators keep scratch only.
   std::optional<LayerDecode<DenseDecode>> dense_layer;
   std::optional<LayerDecode<BlockSparseDecode<>>> sparse_layer;
+  // verify()'s attention: per KV head, the operator and its positions' queries, outputs and
+  // results gathered from QKV ([n * group, head_dim], position-major).
+  struct VerifyGroup {
+    CausalDenseDecode op;
+    std::vector<float> queries, out;
+    std::vector<HeadResult> results;
+  };
+  std::vector<VerifyGroup> verify_groups;  // [kv_heads], made at the first verify()
 
   // Shape.
   std::int64_t hidden, heads, kv_heads, head_dim, half, group, q_dim, kv_dim, qkv_dim, inter, vocab;
@@ -127,7 +137,8 @@ struct Session::Impl {
   std::vector<float> GU;        // [n, 2 inter] gate | up; the gate half becomes silu(gate) * up
   std::vector<float> T;         // [n, hidden] a block's output before it joins the residual stream
   std::vector<float> COS, SIN;  // [n, half] RoPE of each position
-  Int8Activations x_int8;       // a projection's input in int8 (Activations::int8)
+  std::vector<Int8Activations> x_int8;  // [n] a projection's input in int8 (Activations::int8)
+  Pass pass = Pass::decode;             // the pass in flight
   // Decode attention's per-head results, and the dense shadow pass's (retained mass).
   std::vector<HeadResult> results, dense_results;  // [heads]
   std::vector<float> dense_attn;                   // [heads, head_dim]
@@ -281,11 +292,29 @@ struct Session::Impl {
     }
   }
 
+  void verify(std::span<const std::int32_t> tokens, std::span<float> logits) {
+    constexpr const char* where = "amc::transformer::Session::verify";
+    const auto n = static_cast<std::int64_t>(tokens.size());
+    AMC_CHECK(n > 0, where, "tokens is empty");
+    for (std::size_t i = 0; i < tokens.size(); ++i) check_token(tokens[i], where, i);
+    AMC_CHECK(static_cast<std::int64_t>(logits.size()) == n * vocab, where, "logits has ",
+              logits.size(), " entries, expected ", n * vocab, " (tokens x vocab_size)");
+    if (verify_groups.empty()) verify_groups.resize(static_cast<std::size_t>(kv_heads));
+    std::vector<float> retained_mass = std::move(stats.retained_mass);
+    retained_mass.clear();
+    stats = StepStats{.retained_mass = std::move(retained_mass),
+                      .min_retained_mass = std::numeric_limits<float>::quiet_NaN()};
+    cache.reserve(cache.positions() + n);
+    forward(tokens, Pass::verify);
+    logits_of(0, n, logits.data());
+  }
+
   // ---- the forward pass ----------------------------------------------------------------
 
   /// The model over `tokens` at positions [p0, p0 + n), p0 = cache.positions(): appends their
   /// keys and values to the cache and leaves their last hidden states in X.
-  void forward(std::span<const std::int32_t> tokens, Pass pass) {
+  void forward(std::span<const std::int32_t> tokens, Pass pass_of_these) {
+    pass = pass_of_these;
     const auto n = static_cast<std::int64_t>(tokens.size());
     const std::int64_t p0 = cache.positions();
     for (auto [buffer, width] : {std::pair{&X, hidden},
@@ -303,7 +332,7 @@ struct Session::Impl {
       rope.cos_sin(p0 + t, COS.data() + t * half, SIN.data() + t * half);
     }
     for (std::int64_t layer = 0; layer < cfg.num_hidden_layers; ++layer) {
-      attention_block(layer, p0, n, pass);
+      attention_block(layer, p0, n);
       mlp_block(layer, n);
     }
     cache.commit(n);
@@ -323,7 +352,7 @@ struct Session::Impl {
 
   /// x += W_o attention(q, K, V) + b_o for every position, where [q; k; v] = W_qkv rmsnorm(x)
   /// + b_qkv with q and k per-head normed (Qwen3) and rotated; k and v join the cache first.
-  void attention_block(std::int64_t layer, std::int64_t p0, std::int64_t n, Pass pass) {
+  void attention_block(std::int64_t layer, std::int64_t p0, std::int64_t n) {
     const LayerWeights& l = w.layers[static_cast<std::size_t>(layer)];
     const LayerStacks& st = stacks[static_cast<std::size_t>(layer)];
     norm_rows(0, n, l.pre_attention_norm.data());  // XN = rmsnorm(X)
@@ -331,7 +360,7 @@ struct Session::Impl {
             qkv_dim);  // QKV = [q | k | v]
     norm_and_rotate_queries_and_keys(l, n);
     cache.write(layer, QKV.data() + q_dim, QKV.data() + q_dim + kv_dim, n, qkv_dim);
-    attend(layer, p0, n, pass);  // A = attention(q, K, V)
+    attend(layer, p0, n);  // A = attention(q, K, V)
     // X += A W_o^T + b_o: each task adds the columns it computed, while they are in its cache.
     project(st.o, kOutputTiles, A.data(), n, q_dim, optional_data(l.o_bias), T.data(), hidden,
             add_to_residual(n));
@@ -372,13 +401,20 @@ struct Session::Impl {
   }
 
   /// A = attention of the positions' queries over the cache, on the cache's view type: causal
-  /// and dense in prefill, the session's decode attention in decode.
-  void attend(std::int64_t layer, std::int64_t p0, std::int64_t n, Pass pass) {
+  /// and dense in prefill, the session's decode attention in decode, dense decode attention at
+  /// each position in verify.
+  void attend(std::int64_t layer, std::int64_t p0, std::int64_t n) {
     const auto on = [&]<KvViewLike View>(std::type_identity<View>) {
-      if (pass == Pass::decode) {
-        attend_decode<View>(layer, p0 + 1);
-      } else {
-        attend_prefill<View>(layer, p0, n);
+      switch (pass) {
+        case Pass::decode:
+          attend_decode<View>(layer, p0 + 1);
+          break;
+        case Pass::verify:
+          attend_verify<View>(layer, p0, n);
+          break;
+        case Pass::prefill:
+          attend_prefill<View>(layer, p0, n);
+          break;
       }
     };
     if (cache.quantized()) {
@@ -409,11 +445,12 @@ struct Session::Impl {
 
   /// Y = X W^T (+ bias) for stacked weights W; after each task's rows [b, e) of W,
   /// epilogue(b, e) runs on the same thread for those columns of Y.
-  /// One position (decode, or a one-token prefill) streams the weights through matvec in
-  /// row_chunk() rows per task; more go through GEMM in `gemm_tiles` tiles of consecutive
-  /// rows. Both split by shape alone (tiles never follow the thread count), so every element
-  /// is computed identically whatever the number of threads. Few large tiles keep Eigen from
-  /// repacking X once per tile (kQkvTiles and the others).
+  /// One position (decode, or a one-token prefill), and every position of a verify pass,
+  /// streams the weights through matvec in row_chunk() rows per task (matvec_positions); more
+  /// positions in prefill go through GEMM in `gemm_tiles` tiles of consecutive rows. Both split
+  /// by shape alone (tiles never follow the thread count), so every element is computed
+  /// identically whatever the number of threads. Few large tiles keep Eigen from repacking X
+  /// once per tile (kQkvTiles and the others).
   /// \param x [n, x_stride], the first cols() columns used; y [n, y_stride]
   template <class Epilogue = void (*)(std::int64_t, std::int64_t)>
   void project(
@@ -422,15 +459,25 @@ struct Session::Impl {
       Epilogue&& epilogue = [](std::int64_t, std::int64_t) {}) {
     const Stack stack{parts};
     const std::int64_t rows = stack.rows();
-    if (n == 1) {
-      // int8 activations: x quantized once here, for every task's rows.
+    if (n == 1 || pass == Pass::verify) {
+      // int8 activations: each position's x quantized once here, for every task's rows.
       const bool int8 = options.activations == Activations::int8 && has_int8_kernel(stack);
-      if (int8) quantize_activations(std::span(x, static_cast<std::size_t>(stack.cols())), x_int8);
+      if (int8) {
+        if (static_cast<std::int64_t>(x_int8.size()) < n)
+          x_int8.resize(static_cast<std::size_t>(n));
+        for (std::int64_t t = 0; t < n; ++t) {
+          quantize_activations(std::span(x + t * x_stride, static_cast<std::size_t>(stack.cols())),
+                               x_int8[static_cast<std::size_t>(t)]);
+        }
+      }
+      // Each position's products are matvec's (or matvec_int8's), bit for bit.
       for_rows(rows, row_chunk(rows), [&](std::int64_t b, std::int64_t e) {
         if (int8) {
-          matvec_int8(stack, x, x_int8, bias, b, e, y);
+          matvec_int8_positions(stack, x, x_stride,
+                                std::span(x_int8).first(static_cast<std::size_t>(n)), bias, b, e, y,
+                                y_stride);
         } else {
-          matvec(stack, x, bias, b, e, y);
+          matvec_positions(stack, x, x_stride, n, bias, b, e, y, y_stride);
         }
         epilogue(b, e);
       });
@@ -457,7 +504,6 @@ struct Session::Impl {
       }
     });
   }
-
 
   // ---- attention -----------------------------------------------------------------------
 
@@ -513,8 +559,56 @@ struct Session::Impl {
     if (options.on_layer) report_layer(layer, positions);
   }
 
-  /// The decode step's statistics from this layer's results: retained mass per head (with
-  /// retained_mass), positions read, and the first head whose attention was not finite.
+  /// Attention of a verify pass: position t's queries (QKV row t) over positions
+  /// [0, p0 + t + 1) of each KV head, into A row t, through amc::CausalDenseDecode: each KV row
+  /// read once for all positions and heads of a group, and each head's output the one-position
+  /// dense decode's, bit for bit.
+  template <KvViewLike View>
+  void attend_verify(std::int64_t layer, std::int64_t p0, std::int64_t n) {
+    const auto kv = kv_heads_of<View>(layer, p0 + n);
+    const std::int64_t rows = n * group;
+    pool.parallel_for(kv_heads, [&](std::int64_t g) {
+      VerifyGroup& v = verify_groups[static_cast<std::size_t>(g)];
+      v.queries.resize(static_cast<std::size_t>(rows * head_dim));
+      v.out.resize(v.queries.size());
+      v.results.resize(static_cast<std::size_t>(rows));
+      // QKV row t holds position t's heads; group g's are group rows from head g * group.
+      for (std::int64_t t = 0; t < n; ++t) {
+        std::copy_n(QKV.data() + t * qkv_dim + g * group * head_dim, group * head_dim,
+                    v.queries.data() + t * group * head_dim);
+      }
+      v.op.decode(map_rows(static_cast<const float*>(v.queries.data()), rows, head_dim, head_dim),
+                  n, kv[static_cast<std::size_t>(g)],
+                  map_rows(v.out.data(), rows, head_dim, head_dim), v.results);
+      for (std::int64_t t = 0; t < n; ++t) {
+        std::copy_n(v.out.data() + t * group * head_dim, group * head_dim,
+                    A.data() + t * q_dim + g * group * head_dim);
+      }
+    });
+    for (std::int64_t g = 0; g < kv_heads; ++g) {
+      const VerifyGroup& v = verify_groups[static_cast<std::size_t>(g)];
+      for (std::int64_t row = 0; row < rows; ++row) {
+        // Row t * group + j is query head g * group + j of position t.
+        note_result(layer, g * group + row % group, v.results[static_cast<std::size_t>(row)]);
+      }
+    }
+  }
+
+  /// Counts one head's result into the step's statistics: positions read, and whether it is
+  /// the first that was not finite.
+  void note_result(std::int64_t layer, std::int64_t head, const HeadResult& result,
+                   bool finite_elsewhere = true) {
+    stats.positions_read += result.positions_read;
+    if (result.finite && finite_elsewhere) return;
+    if (stats.non_finite_heads++ == 0) {
+      stats.first_non_finite_layer = layer;
+      stats.first_non_finite_head = head;
+    }
+  }
+
+  /// The step's statistics from this layer's results: retained mass per head (with
+  /// retained_mass, in decode), positions read, and the first head whose attention was not
+  /// finite.
   void record_step_stats(std::int64_t layer) {
     const bool sparse_step = sparse_layer.has_value();
     const bool shadow = sparse_step && options.retained_mass;
@@ -526,14 +620,9 @@ struct Session::Impl {
                                              : 1.0f);
       }
     }
-    for (const HeadResult& r : results) stats.positions_read += r.positions_read;
     for (std::int64_t hd = 0; hd < heads; ++hd) {
       const auto i = static_cast<std::size_t>(hd);
-      if (results[i].finite && (!shadow || dense_results[i].finite)) continue;
-      if (stats.non_finite_heads++ == 0) {
-        stats.first_non_finite_layer = layer;
-        stats.first_non_finite_head = hd;
-      }
+      note_result(layer, hd, results[i], !shadow || dense_results[i].finite);
     }
   }
 
@@ -629,6 +718,11 @@ void Session::prefill(std::span<const std::int32_t> tokens, std::span<float> log
 
 const StepStats& Session::decode(std::int32_t token, std::span<float> logits) {
   impl_->decode(token, logits);
+  return impl_->stats;
+}
+
+const StepStats& Session::verify(std::span<const std::int32_t> tokens, std::span<float> logits) {
+  impl_->verify(tokens, logits);
   return impl_->stats;
 }
 

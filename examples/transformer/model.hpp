@@ -179,11 +179,25 @@ class Session {
   /// logits and in StepStats::non_finite_heads (generate() refuses them). \param logits [vocab]
   const StepStats& decode(std::int32_t token, std::span<float> logits);
 
+  /// Dense decoding of `tokens` at positions [positions(), positions() + n) in one pass, the
+  /// verify pass of speculative decoding (generate.hpp): each weight row is read from memory
+  /// once for all n positions, yet the logits of every position are bit for bit those decode()
+  /// gives with DenseAttention{} when fed the same tokens one at a time, whatever n and the
+  /// thread count (every product, norm and attention of a position is computed as decode
+  /// computes it; each position's attention reads the KV heads again). Appends the n positions
+  /// to the cache; truncate() takes back those a caller rejects. Whatever the session's decode
+  /// attention, this pass is dense; on_layer is not called and no retained mass is computed.
+  /// \param logits [n, vocab]: row t the logits after tokens[t]. Throws amc::error for an
+  /// empty span, ids outside [0, vocab) or a wrong size.
+  const StepStats& verify(std::span<const std::int32_t> tokens, std::span<float> logits);
+
   /// Forgets every position.
   void reset();
   /// Keeps the first `positions` positions of the cache and forgets the rest, so one prefill
-  /// can be shared by several continuations: truncate(prefix length), then decode again. What
-  /// follows is bitwise what a fresh session holding only those positions would compute.
+  /// can be shared by several continuations (truncate(prefix length), then decode again) and
+  /// speculative decoding can take back rejected drafts. What follows is bitwise what a fresh
+  /// session holding only those positions would compute. Costs at most a block of positions
+  /// per KV head (the block summaries' cut block is read again), not the cache's length.
   /// Throws amc::error unless 0 <= positions <= positions().
   void truncate(std::int64_t positions);
   /// Switches decode attention without a new prefill (the options' attention and

@@ -4,6 +4,7 @@
 #include "amc/aligned.hpp"
 #include "amc/attention/arithmetic.hpp"
 #include "amc/attention/block_summaries.hpp"
+#include "amc/attention/causal_decode.hpp"
 #include "amc/attention/decode.hpp"
 #include "amc/attention/layer_decode.hpp"
 #include "amc/attention/registered_rule.hpp"

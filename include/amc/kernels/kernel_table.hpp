@@ -88,6 +88,12 @@ struct KernelTable {
   /// matrix-vector product streams its weights so (the scalar table only computes the dot).
   float (*dot_ahead[kStorageTypes])(const float* q, const void* x, std::int64_t n,
                                     const void* ahead) = {};
+  /// out[t] = dot_ahead(q + t * q_stride, x, n, ahead) for t < count, bit for bit, with x read
+  /// once for all `count` vectors: a matrix-vector product over several positions (a verify
+  /// pass of speculative decoding) whose every product is the one-position product's.
+  void (*dot_positions[kStorageTypes])(const float* q, std::int64_t q_stride, std::int64_t count,
+                                       const void* x, std::int64_t n, const void* ahead,
+                                       float* out) = {};
   /// y += alpha * x over n elements; x of the indexed storage type.
   void (*axpy[kStorageTypes])(float alpha, const void* x, float* y, std::int64_t n) = {};
   /// y = float(x) over n elements.
