@@ -18,7 +18,7 @@
 //   speculative decoding     at each of --verify-depths: a dense step, a sparse draft step (the
 //                            same sparse settings) and a verify pass of --draft-tokens + 1
 //                            positions, in dense steps, and the speed they give at acceptances
-//                            a (THEORY.md, section 10: (1 - a^(g+1)) / (1 - a) tokens per
+//                            a (docs/speculative.md: (1 - a^(g+1)) / (1 - a) tokens per
 //                            cycle of g draft steps and one verify pass).
 // Long contexts fill the KV cache with random values (Session::fill_random_cache) instead of a
 // prefill.

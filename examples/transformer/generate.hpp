@@ -1,7 +1,7 @@
 // Greedy generation on a Session: dense prefill of the prompt, then one decode step per token,
 // each token the argmax of the previous step's logits; or self-speculative decoding, whose
 // tokens are dense decoding's: drafted with the session's sparse attention, kept where one
-// dense verify pass (Session::verify) agrees (THEORY.md, section 10).
+// dense verify pass (Session::verify) agrees (docs/speculative.md).
 #pragma once
 
 #include <cstdint>

@@ -250,9 +250,9 @@ int run_generate(const Arguments& a, const amc::transformer::Checkpoint& checkpo
   if (a.json) {
     Json summary{{"tokens", ids},
                  {"prefill_tokens_per_s", result.prefill_tokens_per_s()},
-                 {"decode_tokens_per_s", result.decode_tokens_per_s()},
-                 {"decoding", a.decoding}};
-    if (speculative) {
+                 {"decode_tokens_per_s", result.decode_tokens_per_s()}};
+    if (speculative) {  // (plain decoding's summary keeps the keys it always had)
+      summary["decoding"] = a.decoding;
       summary["draft_tokens"] = a.speculation.draft_tokens;
       summary["draft_margin"] = json_number(a.speculation.min_draft_margin);
       summary["draft_steps"] = result.draft_steps;

@@ -386,11 +386,23 @@ def main():
         _, small = tokens("--attention", "sparse", "--block-size", "2", "--top-k", "1", "--sinks", "1",
                           "--window", "2", "--retained-mass", "--rule", "oracle")
         check(all(0 < s["min_retained_mass"] <= 1.00001 for s in small), "retained mass out of (0, 1]")
+        # Speculative decoding: drafts from a small sparse support, dense decoding's tokens.
+        out = run([qwen2, "--model", a, "--prompt", "The lighthouse keeper kept a logbook.", "-n", "10",
+                   "--json", "--ignore-eos", "--decoding", "speculative", "--draft-tokens", "3",
+                   "--block-size", "2", "--top-k", "1", "--sinks", "1", "--window", "2"]).stdout.splitlines()
+        summary = json.loads(out[-1])
+        check(summary["tokens"] == dense, f"speculative tokens {summary['tokens']} differ from dense {dense}")
+        check(summary["decoding"] == "speculative" and summary["draft_tokens"] == 3
+              and summary["verify_passes"] >= 3 and summary["tokens_per_verify"] >= 1.0
+              and summary["accepted_drafts"] + summary["verify_passes"] == 9,
+              f"speculative summary: {summary}")
 
         # The demo.
         demo = run([qwen2, "--model", a, "--demo", "-n", "24"]).stdout
         for words in ("KV cache bf16 (auto), RoPE angles transformers (auto)", "dense decoding:",
                       "sparse decoding: block 16, top-k 8", "decode tokens/s: dense",
+                      "speculative decoding (drafts of up to 4 sparse tokens, one dense verify pass "
+                      "each): exactly dense decoding's tokens",
                       "(each run timed on its own)", "measuring the retained mass",
                       "of the softmax mass", "retained mass per layer", "layer  0: mean",
                       'the prompt sets REPORT_KEY = "60417" in its third line'):
@@ -416,6 +428,10 @@ def main():
         check_refusal([qwen2, "--model", a, "--prompt-ids", "1,x"], ["'x' is not an integer"])
         check_refusal([qwen2, "--model", a, "--prompt-ids", "-1"], ["outside the vocabulary"])
         check_refusal([qwen2, "--model", a, "--prompt", "x", "--attention", "fast"], ["--attention"])
+        check_refusal([qwen2, "--model", a, "--prompt", "x", "--decoding", "fast"], ["--decoding"])
+        check_refusal([qwen2, "--model", a, "--prompt", "x", "--draft-tokens", "-1"], ["--draft-tokens"])
+        check_refusal([qwen2, "--model", a, "--prompt", "x", "--decoding", "speculative", "--retained-mass"],
+                      ["retained_mass"])
         check_refusal([qwen2, "--model", a, "--prompt", "x", "--attention", "sparse", "--block-size", "0"],
                           ["block_size must be an integer > 0", "'0'"])
         check_refusal([qwen2, "--model", a, "--prompt", "x", "--threads", "0"], ["--threads"])

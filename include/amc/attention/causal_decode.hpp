@@ -1,5 +1,5 @@
 // Dense decode attention of several consecutive positions at once, each over its own causal
-// prefix: the verify pass of speculative decoding (THEORY.md, section 10), which must give, for
+// prefix: the verify pass of speculative decoding (docs/speculative.md), which must give, for
 // every position, exactly what one-position dense decode gives there.
 #pragma once
 
