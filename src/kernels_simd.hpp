@@ -30,6 +30,16 @@
 namespace amc::kernels {
 namespace {
 
+/// A bf16 of this translation unit's own (an anonymous namespace's) type. A std::vector<bf16>
+/// instantiated here would be compiled with this unit's instruction set and merged by the
+/// linker with the copies of units built for other CPUs, one copy serving all: an AVX-512 one
+/// then ran in portable code and stopped an AVX2 machine (SIGILL). A vector of LocalBf16 is
+/// this unit's alone.
+struct LocalBf16 {
+  bf16 value;
+};
+static_assert(sizeof(LocalBf16) == sizeof(bf16) && alignof(LocalBf16) == alignof(bf16));
+
 template <class Arch>
 struct SimdOps {
   using Batch = FloatBatch<Arch>;
@@ -987,14 +997,15 @@ struct BlockedOps : SimdOps<Arch> {
         }
         return;
       }
-      thread_local std::vector<bf16> padded;
-      padded.resize(static_cast<std::size_t>(W * head_dim));
-      pad_rows16(rows + r0 * row_stride, row_stride, live, head_dim, padded.data());
+      thread_local std::vector<LocalBf16> padded_cells;
+      padded_cells.resize(static_cast<std::size_t>(W * head_dim));
+      bf16* padded = &padded_cells.data()->value;
+      pad_rows16(rows + r0 * row_stride, row_stride, live, head_dim, padded);
       alignas(64) float lanes[kHeadGroup * W];
       for (std::int64_t h0 = 0; h0 < heads; h0 += kHeadGroup) {
         const std::int64_t group = std::min(kHeadGroup, heads - h0);
-        score16_words_any(group, queries + h0 * head_dim, head_dim, padded.data(), head_dim, lanes,
-                          W, ahead);
+        score16_words_any(group, queries + h0 * head_dim, head_dim, padded, head_dim, lanes, W,
+                          ahead);
         for (std::int64_t h = 0; h < group; ++h)
           std::copy_n(lanes + h * W, live, out + (h0 + h) * out_stride + r0);
       }

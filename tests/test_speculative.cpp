@@ -19,6 +19,17 @@
 #include "transformer/model.hpp"
 #include "transformer_test_support.hpp"
 
+// Tokens per generation and prompts per family: 128 and 3; fewer where every operation is
+// slower and only repeats the same code (under the sanitizers and the aarch64 emulator:
+// tests/CMakeLists.txt).
+#ifdef AMC_TEST_SPECULATIVE_REDUCED
+constexpr std::int64_t kTokens = 32;
+constexpr std::uint64_t kPromptSeeds[] = {3u};
+#else
+constexpr std::int64_t kTokens = 128;
+constexpr std::uint64_t kPromptSeeds[] = {3u, 9u, 27u};
+#endif
+
 namespace {
 
 using namespace amc::transformer;
@@ -174,12 +185,12 @@ TEST_CASE("speculative tokens and logits are dense decoding's", "[speculative]")
     const Checkpoint checkpoint = Checkpoint::load(dir.path());
     const std::int64_t vocab = checkpoint.config().vocab_size;
     std::int64_t rejected = 0;  // drafts the verify passes rejected, over every run
-    for (const std::uint64_t seed : {3u, 9u, 27u}) {
+    for (const std::uint64_t seed : kPromptSeeds) {
       const std::vector<std::int32_t> prompt = prompt_ids(29 + static_cast<int>(seed), vocab, seed);
       for (const amc::StorageType kv : {amc::StorageType::bf16, amc::StorageType::f32}) {
         SessionOptions dense_options;
         dense_options.kv_dtype = kv;
-        const Run dense = run(checkpoint, dense_options, prompt, 128);
+        const Run dense = run(checkpoint, dense_options, prompt, kTokens);
         for (const int threads : {1, 2}) {
           for (const std::int64_t draft : {1, 4, 7}) {
             INFO(family_name(family) << ", prompt seed " << seed << ", kv " << amc::to_string(kv)
@@ -187,21 +198,27 @@ TEST_CASE("speculative tokens and logits are dense decoding's", "[speculative]")
             Speculation speculation;
             speculation.draft_tokens = draft;
             const Run got =
-                run(checkpoint, with(small_support(), threads, kv), prompt, 128, &speculation);
-            REQUIRE(got.tokens.size() == 128);
+                run(checkpoint, with(small_support(), threads, kv), prompt, kTokens, &speculation);
+            REQUIRE(got.tokens.size() == static_cast<std::size_t>(kTokens));
             CHECK(got.tokens == dense.tokens);
             CHECK(same_bits(got.logits, dense.logits));
-            CHECK(got.result.decode_steps == 127);
-            CHECK(got.result.accepted_drafts + got.result.verify_passes == 127);
+            CHECK(got.result.decode_steps == kTokens - 1);
+            CHECK(got.result.accepted_drafts + got.result.verify_passes == kTokens - 1);
             CHECK(got.result.draft_steps >= got.result.accepted_drafts);
             rejected += got.result.draft_steps - got.result.accepted_drafts;
           }
         }
       }
     }
-    // The small support's drafts do go wrong on this model: the verify passes had work to do.
+    // The small support's drafts do go wrong on this model over 3 prompts of 128 tokens: the
+    // verify passes had work to do (the reduced run may see none; the forced rejections below
+    // cover it there).
     INFO(family_name(family));
+#ifndef AMC_TEST_SPECULATIVE_REDUCED
     CHECK(rejected > 0);
+#else
+    (void)rejected;
+#endif
   }
 }
 
@@ -230,7 +247,7 @@ TEST_CASE("rejections forced at the first, a middle and the last drafted positio
   const Checkpoint checkpoint = Checkpoint::load(dir.path());
   const std::int64_t vocab = checkpoint.config().vocab_size;
   const std::vector<std::int32_t> prompt = prompt_ids(40, vocab, 19);
-  const Run dense = run(checkpoint, SessionOptions{}, prompt, 128);
+  const Run dense = run(checkpoint, SessionOptions{}, prompt, kTokens);
   constexpr std::int64_t kDraft = 5;
   for (const std::size_t wrong : {std::size_t{0}, std::size_t{2}, std::size_t{4}}) {
     for (const int threads : {1, 2}) {
@@ -245,14 +262,15 @@ TEST_CASE("rejections forced at the first, a middle and the last drafted positio
         draft[wrong] = static_cast<std::int32_t>((draft[wrong] + 1) % vocab);
         ++edited;
       };
-      const Run got = run(checkpoint, with(covering_support(), threads), prompt, 128, &speculation);
+      const Run got =
+          run(checkpoint, with(covering_support(), threads), prompt, kTokens, &speculation);
       CHECK(got.tokens == dense.tokens);
       CHECK(same_bits(got.logits, dense.logits));
       CHECK(edited > 0);
       // Every edited cycle keeps exactly the drafts before the wrong one.
       CHECK(got.result.accepted_drafts <= (got.result.verify_passes - edited) * kDraft +
                                               edited * static_cast<std::int64_t>(wrong));
-      CHECK(got.result.verify_passes >= 127 / static_cast<std::int64_t>(wrong + 1));
+      CHECK(got.result.verify_passes >= (kTokens - 1) / static_cast<std::int64_t>(wrong + 1));
     }
   }
 }
