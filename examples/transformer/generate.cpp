@@ -4,6 +4,7 @@
 #include <amc/error.hpp>
 #include <amc/math/margin.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -110,6 +111,12 @@ void speculate(Session& session, std::int32_t token, const GenerationOptions& op
     for (std::int64_t i = 0; i < most; ++i) {
       session.decode(verified.back(), draft_logits);
       ++result.draft_steps;
+      // A draft whose logits are not all finite guesses nothing: the verify pass decides, and
+      // refuses the logits only if dense decoding's own are not finite.
+      if (!std::all_of(draft_logits.begin(), draft_logits.end(),
+                       [](float x) { return std::isfinite(x); })) {
+        break;
+      }
       const LogitMargin m = greedy(draft_logits);
       verified.push_back(static_cast<std::int32_t>(m.top));
       if (m.top == options.stop_token || m.margin < speculation.min_draft_margin) break;
