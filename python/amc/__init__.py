@@ -15,6 +15,7 @@ from . import _amc
 from ._amc import (  # noqa: F401  (re-exported)
     AnalysisSummary,
     BlockSummaries,
+    CausalDenseDecoder,
     DecodeResult,
     DenseDecoder,
     Error,

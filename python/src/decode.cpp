@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -120,6 +121,67 @@ class DenseDecoder {
   std::optional<float> scale_;
   AttentionArithmetic arithmetic_;
   LayerDecode<DenseDecode> layer_;
+};
+
+/// amc.CausalDenseDecoder: CausalDenseDecode for every GQA group of a layer, over `positions`
+/// consecutive query positions (a verify pass of speculative decoding).
+class CausalDenseDecoder {
+ public:
+  explicit CausalDenseDecoder(std::optional<float> scale) : scale_(scale), op_(scale) {}
+
+  /// q [positions * query heads, head_dim], position-major; k, v [KV heads, n, head_dim]:
+  /// position t attends over the first n - (positions - 1 - t) rows.
+  DecodeResult decode(py::handle q_obj, py::handle k_obj, py::handle v_obj,
+                      std::int64_t positions) {
+    constexpr const char* fn = "amc.CausalDenseDecoder.decode";
+    const F32Rows q = import_queries(q_obj, fn);
+    const LayerKv kv = import_kv(k_obj, v_obj, fn);
+    if (positions < 1 || q.rows % positions != 0) {
+      fail(std::string(fn) + ": positions must be >= 1 and divide q's " + std::to_string(q.rows) +
+           " rows, got " + std::to_string(positions));
+    }
+    const std::int64_t query_heads = q.rows / positions;
+    F32Rows one_position = q;  // the group check on one position's heads
+    one_position.rows = query_heads;
+    check_group(one_position, kv, fn);
+    if (kv.positions < positions) {
+      fail(std::string(fn) + ": k holds " + std::to_string(kv.positions) +
+           " positions, fewer than " + "the " + std::to_string(positions) +
+           " query positions (each attends to itself)");
+    }
+    DecodeResult result = start_result(q);
+    const std::int64_t group = query_heads / kv.heads, d = q.cols;
+    float* out = result.output.mutable_data();
+    visit_storage(storage_of(kv.k.type), [&](auto type) {
+      using T = typename decltype(type)::type;
+      py::gil_scoped_release release;
+      // Group g's rows of every position, gathered position-major as the operator takes them.
+      RowMatrix queries(positions * group, d), attended(positions * group, d);
+      std::vector<HeadResult> heads(static_cast<std::size_t>(positions * group));
+      const auto q_rows = q.matrix();
+      for (std::int64_t g = 0; g < kv.heads; ++g) {
+        for (std::int64_t t = 0; t < positions; ++t)
+          queries.middleRows(t * group, group) =
+              q_rows.middleRows(t * query_heads + g * group, group);
+        op_.decode(queries, positions, KvHead<KvView<T>>{kv.view<T>(g), nullptr}, attended, heads);
+        for (std::int64_t t = 0; t < positions; ++t) {
+          for (std::int64_t j = 0; j < group; ++j) {
+            const std::int64_t row = t * query_heads + g * group + j;
+            std::copy_n(attended.row(t * group + j).data(), d, out + row * d);
+            result.heads[static_cast<std::size_t>(row)] =
+                heads[static_cast<std::size_t>(t * group + j)];
+          }
+        }
+      }
+    });
+    return result;
+  }
+
+  std::optional<float> scale() const { return scale_; }
+
+ private:
+  std::optional<float> scale_;
+  CausalDenseDecode op_;
 };
 
 /// amc.SparseDecoder: BlockSparseDecode<RegisteredRule> for every GQA group of a layer.
@@ -295,6 +357,18 @@ void bind_decode(py::module_& m) {
       .def_property_readonly("scale", &DenseDecoder::scale)
       .def_property_readonly("threads", &DenseDecoder::threads)
       .def_property_readonly("arithmetic", &DenseDecoder::arithmetic);
+
+  py::class_<CausalDenseDecoder>(
+      m, "CausalDenseDecoder",
+      "Dense decode of several consecutive query positions at once, each over its own prefix, "
+      "each head's result bit for bit DenseDecoder's over that prefix (the verify pass of "
+      "speculative decoding; docs/speculative.md).")
+      .def(py::init<std::optional<float>>(), py::arg("scale") = py::none())
+      .def("decode", &CausalDenseDecoder::decode, py::arg("q"), py::arg("k"), py::arg("v"),
+           py::arg("positions"),
+           "q [positions * query heads, head_dim], position-major; k, v [KV heads, n, head_dim]; "
+           "position t attends over the first n - (positions - 1 - t) rows")
+      .def_property_readonly("scale", &CausalDenseDecoder::scale);
 
   py::class_<SparseDecoder>(m, "SparseDecoder",
                             "Block-sparse decode of every GQA group of a layer.")

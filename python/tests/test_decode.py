@@ -290,3 +290,26 @@ def test_read_only_numpy_arrays_are_read_through_the_buffer_protocol(rng):
     k.setflags(write=False)
     assert amc._amc._inspect_input(k)["via"] == "buffer"
     check_dense(amc.dense_decode(q, k, v), q, k, v, 1 / math.sqrt(8), 2e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_causal_dense_decode_is_dense_decode_at_each_position(rng, dtype):
+    """CausalDenseDecoder over 5 positions of 6 query heads (3 per KV head) against DenseDecoder
+    on each position's own prefix: the same bits (docs/speculative.md)."""
+    positions, query_heads, kv_heads, n, d = 5, 6, 2, 70, 64
+    q, k, v = random_qkv(rng, query_heads=positions * query_heads, kv_heads=kv_heads, n=n, d=d)
+    kt, vt = torch.from_numpy(k).to(dtype), torch.from_numpy(v).to(dtype)
+    result = amc.CausalDenseDecoder().decode(q, kt, vt, positions)
+    assert result.output.shape == (positions * query_heads, d)
+    dense = amc.DenseDecoder()
+    for t in range(positions):
+        prefix = n - (positions - 1 - t)
+        rows = slice(t * query_heads, (t + 1) * query_heads)
+        want = dense.decode(q[rows], kt[:, :prefix], vt[:, :prefix])
+        np.testing.assert_array_equal(result.output[rows], want.output)
+        np.testing.assert_array_equal(result.lse[rows], want.lse)
+        assert (result.positions_read[rows] == prefix).all()
+    with pytest.raises(amc.Error, match="positions must be >= 1 and divide q's 30 rows, got 4"):
+        amc.CausalDenseDecoder().decode(q, kt, vt, 4)
+    with pytest.raises(amc.Error, match="fewer than the 15 query positions"):
+        amc.CausalDenseDecoder().decode(q, kt[:, :3], vt[:, :3], 15)
