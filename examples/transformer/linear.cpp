@@ -117,18 +117,27 @@ void row_to_f32(const Matrix& w, std::int64_t r, float* out) {
   kernels::active().load[kernels::index_of(w.dtype)](w.row(r), out, w.cols);
 }
 
+namespace {
+
+/// How many rows ahead a product over the rows of an F32, BF16 or F16 matrix asks for: each
+/// row's product asks for the row about 16 KB later, a line per line it reads
+/// (KernelTable::dot_ahead): more misses in flight than the hardware prefetcher keeps alone,
+/// without the stall that asking for a whole row at once before each row caused (the way it
+/// was until 2026-12-05; docs/performance.md, "Weight streaming, spread").
+std::int64_t rows_ahead(const Matrix& w) {
+  constexpr std::int64_t kAheadBytes = 16384;
+  const auto row_bytes =
+      std::max<std::int64_t>(1, w.cols * static_cast<std::int64_t>(w.element_bytes()));
+  return std::max<std::int64_t>(1, kAheadBytes / row_bytes);
+}
+
+}  // namespace
+
 void matvec(const Matrix& w, const float* x, const float* bias, std::int64_t begin,
             std::int64_t end, float* y) {
   if (w.blocks) return matvec_blocks(w, x, bias, begin, end, y);
   const auto dot_ahead = kernels::active().dot_ahead[kernels::index_of(w.dtype)];
-  // Each row's product asks for the row about kAheadBytes later, a line per line it reads
-  // (KernelTable::dot_ahead): more misses in flight than the hardware prefetcher keeps alone,
-  // without the stall that asking for a whole row at once before each row caused (the way it
-  // was until 2026-12-05; docs/performance.md, "Weight streaming, spread").
-  constexpr std::int64_t kAheadBytes = 16384;
-  const auto row_bytes =
-      std::max<std::int64_t>(1, w.cols * static_cast<std::int64_t>(w.element_bytes()));
-  const std::int64_t ahead_rows = std::max<std::int64_t>(1, kAheadBytes / row_bytes);
+  const std::int64_t ahead_rows = rows_ahead(w);
   for (std::int64_t r = begin; r < end; ++r) {
     const void* ahead = r + ahead_rows < w.rows ? w.row(r + ahead_rows) : nullptr;
     y[r] = dot_ahead(x, w.row(r), w.cols, ahead) + (bias != nullptr ? bias[r] : 0.0f);
@@ -141,11 +150,13 @@ namespace {
 /// the core's L2 cache (512 KB to 2 MB on the CPUs amc runs on) between positions.
 constexpr std::int64_t kPositionRunBytes = 64 * 1024;
 
-/// Runs of rows of about kPositionRunBytes (at least one row): f(run_begin, run_end) in order.
+/// Runs of rows of about kPositionRunBytes, a multiple of `multiple` rows each (at least one
+/// multiple: interleaved rows go in whole groups): f(run_begin, run_end) in order.
 template <class F>
-void for_each_run_of_rows(std::int64_t row_bytes, std::int64_t begin, std::int64_t end, F&& f) {
-  const std::int64_t run =
-      std::max<std::int64_t>(1, kPositionRunBytes / std::max<std::int64_t>(1, row_bytes));
+void for_each_run_of_rows(std::int64_t row_bytes, std::int64_t multiple, std::int64_t begin,
+                          std::int64_t end, F&& f) {
+  const std::int64_t run = std::max<std::int64_t>(
+      multiple, kPositionRunBytes / std::max<std::int64_t>(1, row_bytes) / multiple * multiple);
   for (std::int64_t b = begin; b < end; b += run) f(b, std::min(end, b + run));
 }
 
@@ -156,7 +167,7 @@ void matvec_positions(const Matrix& w, const float* x, std::int64_t x_stride, st
                       std::int64_t y_stride) {
   if (n == 1) return matvec(w, x, bias, begin, end, y);
   if (w.blocks) {
-    for_each_run_of_rows(static_cast<std::int64_t>(w.block_row_bytes), begin, end,
+    for_each_run_of_rows(static_cast<std::int64_t>(w.block_row_bytes), 1, begin, end,
                          [&](std::int64_t b, std::int64_t e) {
                            for (std::int64_t t = 0; t < n; ++t)
                              matvec_blocks(w, x + t * x_stride, bias, b, e, y + t * y_stride);
@@ -164,11 +175,7 @@ void matvec_positions(const Matrix& w, const float* x, std::int64_t x_stride, st
     return;
   }
   const auto dot_positions = kernels::active().dot_positions[kernels::index_of(w.dtype)];
-  // Rows asked for ahead as matvec asks for them (the same distance in bytes).
-  constexpr std::int64_t kAheadBytes = 16384;
-  const auto row_bytes =
-      std::max<std::int64_t>(1, w.cols * static_cast<std::int64_t>(w.element_bytes()));
-  const std::int64_t ahead_rows = std::max<std::int64_t>(1, kAheadBytes / row_bytes);
+  const std::int64_t ahead_rows = rows_ahead(w);
   thread_local std::vector<float> products;
   products.resize(static_cast<std::size_t>(n));
   for (std::int64_t r = begin; r < end; ++r) {
@@ -280,20 +287,15 @@ void matvec_int8_positions(const Stack& w, const float* x, std::int64_t x_stride
     const std::int64_t lo = std::max(begin, first), hi = std::min(end, first + m->rows);
     const float* part_bias = bias != nullptr ? bias + first : nullptr;
     if (lo < hi && (m->interleaved != nullptr || int8_type(*m))) {
-      // Runs of whole interleaved groups where there are groups (kInterleavedRows rows).
-      const std::int64_t row_bytes = static_cast<std::int64_t>(m->block_row_bytes);
-      const std::int64_t group_rows = m->interleaved != nullptr ? kInterleavedRows : 1;
-      const std::int64_t run = std::max<std::int64_t>(
-          group_rows,
-          kPositionRunBytes / std::max<std::int64_t>(1, row_bytes) / group_rows * group_rows);
       const Stack one{std::span(&m, 1)};
-      for (std::int64_t b = lo - first; b < hi - first; b += run) {
-        const std::int64_t e = std::min(hi - first, b + run);
-        for (std::int64_t t = 0; t < n; ++t) {
-          matvec_int8(one, x + t * x_stride, xq[static_cast<std::size_t>(t)], part_bias, b, e,
-                      y + first + t * y_stride);
-        }
-      }
+      for_each_run_of_rows(static_cast<std::int64_t>(m->block_row_bytes),
+                           m->interleaved != nullptr ? kInterleavedRows : 1, lo - first, hi - first,
+                           [&](std::int64_t b, std::int64_t e) {
+                             for (std::int64_t t = 0; t < n; ++t) {
+                               matvec_int8(one, x + t * x_stride, xq[static_cast<std::size_t>(t)],
+                                           part_bias, b, e, y + first + t * y_stride);
+                             }
+                           });
     } else if (lo < hi) {
       matvec_positions(*m, x, x_stride, n, part_bias, lo - first, hi - first, y + first, y_stride);
     }

@@ -240,13 +240,16 @@ int run_generate(const Arguments& a, const amc::transformer::Checkpoint& checkpo
         amc::make_tensor_to_write("logits", {steps, vocab}, std::span<const float>(result.logits));
     amc::write_safetensors(a.logits_out, std::span(&tensor, 1));
   }
-  // "dense attention", or "speculative decoding, drafts of <= 4 (sparse ...)".
-  const std::string decoding =
-      !speculative
-          ? a.attention + " attention"
-          : "speculative decoding, drafts of <= " + std::to_string(a.speculation.draft_tokens) +
-                " tokens, " + std::to_string(result.tokens_per_verify()).substr(0, 4) +
-                " tokens per verify pass";
+  // "dense attention", or "speculative decoding, drafts of <= 4 tokens, 4.50 tokens per verify
+  // pass".
+  char decoding[128];
+  if (speculative) {
+    std::snprintf(decoding, sizeof decoding,
+                  "speculative decoding, drafts of <= %lld tokens, %.2f tokens per verify pass",
+                  static_cast<long long>(a.speculation.draft_tokens), result.tokens_per_verify());
+  } else {
+    std::snprintf(decoding, sizeof decoding, "%s attention", a.attention.c_str());
+  }
   if (a.json) {
     Json summary{{"tokens", ids},
                  {"prefill_tokens_per_s", result.prefill_tokens_per_s()},
@@ -268,7 +271,7 @@ int run_generate(const Arguments& a, const amc::transformer::Checkpoint& checkpo
         "amc-generate: %zu tokens; prefill %lld tokens at %.1f tokens/s; decode %.2f "
         "tokens/s (%s; %s; %s)\n",
         ids.size(), static_cast<long long>(result.prompt_tokens), result.prefill_tokens_per_s(),
-        result.decode_tokens_per_s(), decoding.c_str(), describe_resolved(a, session).c_str(),
+        result.decode_tokens_per_s(), decoding, describe_resolved(a, session).c_str(),
         std::string(amc::transformer::to_string(checkpoint.config().architecture)).c_str());
   }
   return 0;

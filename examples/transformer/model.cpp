@@ -280,16 +280,21 @@ struct Session::Impl {
     AMC_CHECK(static_cast<std::int64_t>(logits.size()) == vocab,
               "amc::transformer::Session::decode", "logits has ", logits.size(),
               " entries, expected vocab_size ", vocab);
-    std::vector<float> retained_mass = std::move(stats.retained_mass);  // keeps its capacity
-    retained_mass.clear();
-    stats = StepStats{.retained_mass = std::move(retained_mass),
-                      .min_retained_mass = std::numeric_limits<float>::quiet_NaN()};
+    start_step_stats();
     forward(std::span(&token, 1), Pass::decode);
     logits_of(0, 1, logits.data());
     if (!stats.retained_mass.empty()) {
       stats.min_retained_mass =
           *std::min_element(stats.retained_mass.begin(), stats.retained_mass.end());
     }
+  }
+
+  /// Empty statistics for the step about to run (the retained-mass vector keeps its capacity).
+  void start_step_stats() {
+    std::vector<float> retained_mass = std::move(stats.retained_mass);
+    retained_mass.clear();
+    stats = StepStats{.retained_mass = std::move(retained_mass),
+                      .min_retained_mass = std::numeric_limits<float>::quiet_NaN()};
   }
 
   void verify(std::span<const std::int32_t> tokens, std::span<float> logits) {
@@ -300,10 +305,7 @@ struct Session::Impl {
     AMC_CHECK(static_cast<std::int64_t>(logits.size()) == n * vocab, where, "logits has ",
               logits.size(), " entries, expected ", n * vocab, " (tokens x vocab_size)");
     if (verify_groups.empty()) verify_groups.resize(static_cast<std::size_t>(kv_heads));
-    std::vector<float> retained_mass = std::move(stats.retained_mass);
-    retained_mass.clear();
-    stats = StepStats{.retained_mass = std::move(retained_mass),
-                      .min_retained_mass = std::numeric_limits<float>::quiet_NaN()};
+    start_step_stats();
     cache.reserve(cache.positions() + n);
     forward(tokens, Pass::verify);
     logits_of(0, n, logits.data());
